@@ -1,0 +1,124 @@
+#include "cpu/ops.h"
+
+#include <cmath>
+#include <vector>
+
+#include "common/quant.h"
+
+namespace qsp {
+namespace cpu {
+
+void rmsnorm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps, ThreadPool& pool) {
+  pool.parallel_for(n, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const float* xr = x + t * dim;
+      float ss = 0.0f;
+      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+      const float scale = 1.0f / std::sqrt(ss / float(dim) + eps);
+      for (int64_t i = 0; i < dim; ++i) y[t * dim + i] = xr[i] * scale * w[i];
+    }
+  });
+}
+
+void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, ThreadPool& pool) {
+  const int64_t K = int64_t(W.cols);
+  const uint64_t row_bytes = dtype_row_bytes(W.dtype, W.cols);
+  // Each thread dequantizes a row once and dots it with every token.
+  pool.parallel_for(int64_t(W.rows), [&](int64_t b, int64_t e) {
+    std::vector<float> wrow(K);
+    for (int64_t r = b; r < e; ++r) {
+      dequantize_row(W.dtype, W.data + r * row_bytes, wrow.data(), K);
+      for (int64_t t = 0; t < n; ++t) {
+        const float* xr = x + t * K;
+        float acc = 0.0f;
+        for (int64_t c = 0; c < K; ++c) acc += wrow[c] * xr[c];
+        y[t * ldy + r] = acc;
+      }
+    }
+  });
+}
+
+void embed(const Matrix& table, const int32_t* tokens, int64_t n, float* out, ThreadPool& pool) {
+  const uint64_t row_bytes = dtype_row_bytes(table.dtype, table.cols);
+  pool.parallel_for(n, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t)
+      dequantize_row(table.dtype, table.data + uint64_t(tokens[t]) * row_bytes, out + t * table.cols, table.cols);
+  });
+}
+
+void qk_norm_rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* norm_w, float eps,
+                  int64_t pos0, float theta, int32_t rope_style, ThreadPool& pool) {
+  const int64_t half = head_dim / 2;
+  pool.parallel_for(n * n_heads, [&](int64_t b, int64_t e) {
+    for (int64_t th = b; th < e; ++th) {
+      float* v = x + th * head_dim;
+      const int64_t pos = pos0 + th / n_heads;
+      if (norm_w) {
+        float ss = 0.0f;
+        for (int64_t i = 0; i < head_dim; ++i) ss += v[i] * v[i];
+        const float scale = 1.0f / std::sqrt(ss / float(head_dim) + eps);
+        for (int64_t i = 0; i < head_dim; ++i) v[i] = v[i] * scale * norm_w[i];
+      }
+      for (int64_t i = 0; i < half; ++i) {
+        // freq_i = theta^(-2i/d), as both NEOX and GGML's interleaved mode use.
+        const double freq = std::pow(double(theta), -2.0 * double(i) / double(head_dim));
+        const double ang = double(pos) * freq;
+        const float c = float(std::cos(ang)), s = float(std::sin(ang));
+        const int64_t i0 = rope_style == QSP_ROPE_NEOX ? i : 2 * i;
+        const int64_t i1 = rope_style == QSP_ROPE_NEOX ? i + half : 2 * i + 1;
+        const float a = v[i0], bb = v[i1];
+        v[i0] = a * c - bb * s;
+        v[i1] = a * s + bb * c;
+      }
+    }
+  });
+}
+
+void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n, int64_t past,
+               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t max_seq, ThreadPool& pool) {
+  const int64_t group = n_heads / n_kv_heads;
+  const float scale = 1.0f / std::sqrt(float(head_dim));
+  pool.parallel_for(n * n_heads, [&](int64_t b, int64_t e) {
+    std::vector<float> p(past + n);
+    for (int64_t th = b; th < e; ++th) {
+      const int64_t t = th / n_heads, h = th % n_heads, kvh = h / group;
+      const int64_t len = past + t + 1;  // causal: keys 0..past+t
+      const float* qv = q + th * head_dim;
+      const float* kb = k_cache + kvh * max_seq * head_dim;
+      const float* vb = v_cache + kvh * max_seq * head_dim;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < len; ++j) {
+        float s = 0.0f;
+        for (int64_t i = 0; i < head_dim; ++i) s += qv[i] * kb[j * head_dim + i];
+        p[j] = s * scale;
+        mx = std::fmax(mx, p[j]);
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j < len; ++j) {
+        p[j] = std::exp(p[j] - mx);
+        sum += p[j];
+      }
+      float* o = out + th * head_dim;
+      for (int64_t i = 0; i < head_dim; ++i) o[i] = 0.0f;
+      for (int64_t j = 0; j < len; ++j) {
+        const float w = p[j] / sum;
+        for (int64_t i = 0; i < head_dim; ++i) o[i] += w * vb[j * head_dim + i];
+      }
+    }
+  });
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t count, ThreadPool& pool) {
+  pool.parallel_for(count, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  });
+}
+
+void add_inplace(float* y, const float* x, int64_t count, ThreadPool& pool) {
+  pool.parallel_for(count, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] += x[i];
+  });
+}
+
+}  // namespace cpu
+}  // namespace qsp

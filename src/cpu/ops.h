@@ -1,0 +1,47 @@
+// The CPU reference ops, one function per op of the layer. fp32 activations
+// and fp32 accumulation; weights dequantized exactly as GGUF defines them.
+// Row-major: x[t * dim + i] is feature i of token t.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/thread_pool.h"
+
+namespace qsp {
+namespace cpu {
+
+// A weight matrix in its original bytes (rows x cols, dtype as given).
+struct Matrix {
+  int32_t dtype;
+  uint64_t rows, cols;
+  const uint8_t* data;
+};
+
+// y[t] = x[t] * w / rms(x[t]) for n tokens of dim features.
+void rmsnorm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps, ThreadPool& pool);
+
+// y[t][r] = sum_c W[r][c] x[t][c]; y has row stride ldy (>= W.rows).
+void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, ThreadPool& pool);
+
+// out[t] = dequantized row tokens[t] of the table.
+void embed(const Matrix& table, const int32_t* tokens, int64_t n, float* out, ThreadPool& pool);
+
+// In place over n tokens of n_heads x head_dim: optional per-head RMSNorm with
+// norm_w (head_dim; nullptr = none), then RoPE at positions pos0 + t.
+void qk_norm_rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const float* norm_w, float eps,
+                  int64_t pos0, float theta, int32_t rope_style, ThreadPool& pool);
+
+// Causal GQA attention of n queries at positions past..past+n-1 against the
+// cache k/v ([n_kv_heads][max_seq][head_dim], valid up to past + n).
+// q: [n][n_heads][head_dim]; out: [n][n_heads][head_dim].
+void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n, int64_t past,
+               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t max_seq, ThreadPool& pool);
+
+// out[i] = silu(gate[i]) * up[i].
+void swiglu(const float* gate, const float* up, float* out, int64_t count, ThreadPool& pool);
+
+// y[i] += x[i].
+void add_inplace(float* y, const float* x, int64_t count, ThreadPool& pool);
+
+}  // namespace cpu
+}  // namespace qsp

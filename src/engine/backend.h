@@ -1,0 +1,113 @@
+// The interface between the engine and a backend (CPU reference, CUDA).
+//
+// The engine validates every argument before it reaches a backend; backends
+// report failures by throwing qsp::Error. A backend owns its KV cache and
+// activation scratch; weights live in the process-wide WeightCache as Tensor
+// objects that the backend itself created (so it may use any layout).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+
+namespace qsp {
+
+enum class TensorRole : int32_t {
+  kVector = 0,  // a norm weight: the backend keeps it as fp32
+  kMatrix = 1,  // a projection, the embedding table or the LM head
+};
+
+struct TensorMeta {
+  int32_t dtype = 0;
+  uint64_t rows = 0;
+  uint64_t cols = 0;
+  uint64_t bytes = 0;
+  TensorRole role = TensorRole::kMatrix;
+
+  bool operator==(const TensorMeta& o) const {
+    return dtype == o.dtype && rows == o.rows && cols == o.cols && bytes == o.bytes && role == o.role;
+  }
+};
+
+// A tensor as a backend stores it. Destroying it frees its memory.
+class Tensor {
+ public:
+  explicit Tensor(const TensorMeta& m) : meta(m) {}
+  virtual ~Tensor() = default;
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  const TensorMeta meta;
+  uint64_t stored_bytes = 0;  // bytes it occupies in the backend's memory
+};
+using TensorRef = std::shared_ptr<const Tensor>;
+
+struct LayerTensors {
+  TensorRef attn_norm, wq, wk, wv, q_norm, k_norm, wo, ffn_norm, w_gate, w_up, w_down;
+  bool complete(bool qk_norm) const {
+    return attn_norm && wq && wk && wv && wo && ffn_norm && w_gate && w_up && w_down &&
+           (!qk_norm || (q_norm && k_norm));
+  }
+};
+
+struct ModelTensors {
+  std::vector<LayerTensors> layers;
+  TensorRef embedding;  // needed for token-id prefill only
+  TensorRef out_norm;
+  TensorRef lm_head;
+};
+
+// The input of one prefill chunk: exactly one of tokens / embeddings is set.
+struct PrefillChunk {
+  const int32_t* tokens = nullptr;   // n ids, already checked < vocab
+  const float* embeddings = nullptr; // n x hidden, row-major
+  uint32_t n = 0;
+  uint32_t past = 0;                 // tokens already in the KV cache
+  bool want_logits = true;           // the last chunk of a prefill
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual int32_t kind() const = 0;           // QSP_BACKEND_CPU or QSP_BACKEND_CUDA
+  virtual int32_t device() const = 0;         // weight-cache key: -1 for the CPU
+  virtual std::string device_name() const = 0;
+  virtual int32_t n_threads() const = 0;
+  virtual uint64_t kv_bytes() const = 0;
+  virtual uint64_t scratch_bytes() const = 0;
+
+  // Largest chunk prefill() accepts; the engine splits longer prompts.
+  virtual uint32_t max_chunk() const = 0;
+
+  // Throws QSP_ERR_UNSUPPORTED when this backend cannot run a tensor of this
+  // shape / dtype in this slot; called before upload so nothing is cached.
+  virtual void check_supported(const TensorMeta& meta, const char* slot) const = 0;
+
+  // The backend's copy of a validated host tensor (data holds meta.bytes bytes).
+  virtual std::unique_ptr<Tensor> upload(const TensorMeta& meta, const void* data) = 0;
+
+  // Runs one chunk through all layers, writing K/V at positions
+  // [past, past + n). With want_logits, computes the last token's logits.
+  // On failure (throw), KV entries at positions >= past may be garbage; the
+  // engine does not advance its length, so they are never read.
+  virtual void prefill(const ModelTensors& w, const PrefillChunk& chunk) = 0;
+
+  // The logits of the last chunk run with want_logits (vocab floats, host memory).
+  virtual const float* logits() = 0;
+  // Their argmax (lowest id on ties).
+  virtual int32_t greedy_token() = 0;
+};
+
+// Creates the CPU backend (src/cpu).
+std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& cfg, int32_t n_threads);
+// Creates the CUDA backend (src/cuda); throws QSP_ERR_NO_DEVICE when built
+// without CUDA or when the device is not usable.
+std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& cfg, int32_t device_index);
+// Number of usable CUDA devices (0 when built without CUDA).
+int cuda_device_count();
+
+}  // namespace qsp

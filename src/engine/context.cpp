@@ -1,0 +1,179 @@
+#include "engine/context.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "common/error.h"
+#include "common/quant.h"
+#include "engine/weight_cache.h"
+
+namespace qsp {
+
+Context::Context(const qsp_context_params& p) : cfg_(ModelConfig::from_params(p)) {
+  log_.callback = p.log_callback;
+  log_.user_data = p.log_user_data;
+  log_.max_level = p.log_level;
+  QSP_FAIL_IF(p.n_threads < 0, QSP_ERR_INVALID_ARGUMENT, "n_threads must be >= 0 (0 = all cores)");
+  QSP_FAIL_IF(p.device_index < 0, QSP_ERR_INVALID_ARGUMENT, "device_index must be >= 0");
+  switch (p.backend) {
+    case QSP_BACKEND_CPU:
+      backend_ = make_cpu_backend(cfg_, p.n_threads);
+      break;
+    case QSP_BACKEND_CUDA:
+      backend_ = make_cuda_backend(cfg_, p.device_index);
+      break;
+    case QSP_BACKEND_AUTO:
+      if (cuda_device_count() > p.device_index) {
+        try {
+          backend_ = make_cuda_backend(cfg_, p.device_index);
+        } catch (const Error& e) {
+          // Only "no device" falls back: an unsupported shape or out-of-memory
+          // on a present GPU is something the user must hear about.
+          if (e.status() != QSP_ERR_NO_DEVICE) throw;
+          log_(QSP_LOG_WARN, std::string("CUDA backend unavailable (") + e.what() + "); using the CPU");
+        }
+      } else {
+        log_(QSP_LOG_INFO, "no CUDA device; using the CPU backend");
+      }
+      if (!backend_) backend_ = make_cpu_backend(cfg_, p.n_threads);
+      break;
+    default:
+      throw Error(QSP_ERR_INVALID_ARGUMENT, strprintf("backend %d is not a QSP_BACKEND_* value", p.backend));
+  }
+  weights_.layers.resize(cfg_.n_layers);
+  log_(QSP_LOG_INFO, "context on " + backend_->device_name());
+}
+
+Context::~Context() = default;
+
+TensorRef Context::acquire(const qsp_tensor& t, const char* slot, TensorRole role, uint64_t rows,
+                           uint64_t cols, bool optional) {
+  if (t.handle == 0) {
+    QSP_FAIL_IF(!optional, QSP_ERR_INVALID_ARGUMENT, "%s: handle 0 (no tensor) but the tensor is required",
+                slot);
+    return nullptr;
+  }
+  QSP_FAIL_IF(t.reserved != 0, QSP_ERR_INVALID_ARGUMENT, "%s: reserved field must be 0", slot);
+  QSP_FAIL_IF(!dtype_known(t.dtype), QSP_ERR_DTYPE, "%s: unknown dtype %d", slot, t.dtype);
+  QSP_FAIL_IF(role == TensorRole::kVector && dtype_quantized(t.dtype), QSP_ERR_DTYPE,
+              "%s: a norm vector must be f32, f16 or bf16, not %s", slot, qsp_dtype_name(t.dtype));
+  QSP_FAIL_IF(t.n_rows != rows || t.n_cols != cols, QSP_ERR_SHAPE,
+              "%s: shape %llux%llu, the model needs %llux%llu", slot, (unsigned long long)t.n_rows,
+              (unsigned long long)t.n_cols, (unsigned long long)rows, (unsigned long long)cols);
+  const uint64_t want = qsp_dtype_size(t.dtype, rows, cols);
+  QSP_FAIL_IF(want == 0, QSP_ERR_DTYPE, "%s: %s needs n_cols divisible by 32, got %llu", slot,
+              qsp_dtype_name(t.dtype), (unsigned long long)cols);
+  QSP_FAIL_IF(t.n_bytes != want, QSP_ERR_DTYPE, "%s: %llu bytes given, %s %llux%llu takes %llu", slot,
+              (unsigned long long)t.n_bytes, qsp_dtype_name(t.dtype), (unsigned long long)rows,
+              (unsigned long long)cols, (unsigned long long)want);
+  TensorMeta meta;
+  meta.dtype = t.dtype;
+  meta.rows = rows;
+  meta.cols = cols;
+  meta.bytes = want;
+  meta.role = role;
+  backend_->check_supported(meta, slot);
+  WeightCache& cache = WeightCache::get(backend_->kind(), backend_->device());
+  const void* data = t.data;
+  return cache.acquire(t.handle, meta, [&]() -> std::unique_ptr<Tensor> {
+    // Only read the caller's bytes when they are actually uploaded.
+    QSP_FAIL_IF(data == nullptr, QSP_ERR_INVALID_ARGUMENT, "%s: data is NULL", slot);
+    return backend_->upload(meta, data);
+  });
+}
+
+void Context::upload_layer(uint32_t layer, const qsp_layer_weights& w) {
+  QSP_FAIL_IF(layer >= cfg_.n_layers, QSP_ERR_OUT_OF_RANGE, "layer %u out of range (the model has %u layers)",
+              layer, cfg_.n_layers);
+  QSP_FAIL_IF(w.reserved != 0, QSP_ERR_INVALID_ARGUMENT, "qsp_layer_weights.reserved must be 0");
+  const auto V = TensorRole::kVector;
+  const auto M = TensorRole::kMatrix;
+  const uint64_t H = cfg_.hidden, Q = cfg_.q_dim(), KV = cfg_.kv_dim(), F = cfg_.ffn, D = cfg_.head_dim;
+  char name[13][48];
+  const char* slots[] = {"attn_norm", "wq", "wk", "wv", "q_norm", "k_norm", "wo", "ffn_norm", "w_gate", "w_up", "w_down"};
+  for (int i = 0; i < 11; ++i) std::snprintf(name[i], sizeof name[i], "layer %u %s", layer, slots[i]);
+  // Build the new set aside; commit only when every slot succeeded.
+  LayerTensors l;
+  l.attn_norm = acquire(w.attn_norm, name[0], V, 1, H, false);
+  l.wq = acquire(w.wq, name[1], M, Q, H, false);
+  l.wk = acquire(w.wk, name[2], M, KV, H, false);
+  l.wv = acquire(w.wv, name[3], M, KV, H, false);
+  if (cfg_.qk_norm) {
+    l.q_norm = acquire(w.q_norm, name[4], V, 1, D, false);
+    l.k_norm = acquire(w.k_norm, name[5], V, 1, D, false);
+  } else {
+    QSP_FAIL_IF(w.q_norm.handle != 0 || w.k_norm.handle != 0, QSP_ERR_INVALID_ARGUMENT,
+                "layer %u: q_norm/k_norm given but the model has qk_norm = 0", layer);
+  }
+  l.wo = acquire(w.wo, name[6], M, H, Q, false);
+  l.ffn_norm = acquire(w.ffn_norm, name[7], V, 1, H, false);
+  l.w_gate = acquire(w.w_gate, name[8], M, F, H, false);
+  l.w_up = acquire(w.w_up, name[9], M, F, H, false);
+  l.w_down = acquire(w.w_down, name[10], M, H, F, false);
+  weights_.layers[layer] = std::move(l);
+}
+
+void Context::upload_embedding(const qsp_tensor& t) {
+  weights_.embedding = acquire(t, "token_embd", TensorRole::kMatrix, cfg_.vocab, cfg_.hidden, false);
+}
+
+void Context::upload_output(const qsp_output_weights& w) {
+  QSP_FAIL_IF(w.reserved != 0, QSP_ERR_INVALID_ARGUMENT, "qsp_output_weights.reserved must be 0");
+  TensorRef norm = acquire(w.norm, "output_norm", TensorRole::kVector, 1, cfg_.hidden, false);
+  TensorRef head = acquire(w.lm_head, "lm_head", TensorRole::kMatrix, cfg_.vocab, cfg_.hidden, false);
+  weights_.out_norm = std::move(norm);
+  weights_.lm_head = std::move(head);
+}
+
+void Context::prefill(const int32_t* tokens, const float* embeddings, uint32_t n) {
+  QSP_FAIL_IF(n == 0, QSP_ERR_INVALID_ARGUMENT, "n_tokens must be > 0");
+  QSP_FAIL_IF(!tokens && !embeddings, QSP_ERR_INVALID_ARGUMENT, "%s is NULL", "input");
+  for (uint32_t l = 0; l < cfg_.n_layers; ++l)
+    QSP_FAIL_IF(!weights_.layers[l].complete(cfg_.qk_norm), QSP_ERR_NOT_READY,
+                "layer %u has not been uploaded", l);
+  QSP_FAIL_IF(!weights_.out_norm || !weights_.lm_head, QSP_ERR_NOT_READY,
+              "the output weights (final norm, LM head) have not been uploaded");
+  if (tokens) {
+    QSP_FAIL_IF(!weights_.embedding, QSP_ERR_NOT_READY, "the token embedding has not been uploaded");
+    for (uint32_t i = 0; i < n; ++i)
+      QSP_FAIL_IF(tokens[i] < 0 || uint32_t(tokens[i]) >= cfg_.vocab, QSP_ERR_OUT_OF_RANGE,
+                  "token %u: id %d is outside the vocabulary [0, %u)", i, tokens[i], cfg_.vocab);
+  }
+  QSP_FAIL_IF(uint64_t(kv_len_) + n > cfg_.max_seq, QSP_ERR_CONTEXT_FULL,
+              "prefill of %u tokens after %u cached would pass max_seq_len %u", n, kv_len_, cfg_.max_seq);
+
+  const uint32_t step = backend_->max_chunk();
+  have_logits_ = false;  // the old logits are stale as soon as we start
+  uint32_t done = 0;
+  while (done < n) {
+    PrefillChunk c;
+    c.n = std::min(step, n - done);
+    c.tokens = tokens ? tokens + done : nullptr;
+    c.embeddings = embeddings ? embeddings + uint64_t(done) * cfg_.hidden : nullptr;
+    c.past = kv_len_ + done;
+    c.want_logits = done + c.n == n;
+    backend_->prefill(weights_, c);
+    done += c.n;
+  }
+  kv_len_ += n;
+  have_logits_ = true;
+}
+
+const float* Context::logits() {
+  QSP_FAIL_IF(!have_logits_, QSP_ERR_NOT_READY, "no logits: run a prefill first");
+  return backend_->logits();
+}
+
+int32_t Context::greedy_token() {
+  QSP_FAIL_IF(!have_logits_, QSP_ERR_NOT_READY, "no logits: run a prefill first");
+  return backend_->greedy_token();
+}
+
+void Context::kv_truncate(uint32_t len) {
+  QSP_FAIL_IF(len > kv_len_, QSP_ERR_OUT_OF_RANGE, "cannot truncate to %u: the cache holds %u tokens", len,
+              kv_len_);
+  kv_len_ = len;
+  have_logits_ = false;
+}
+
+}  // namespace qsp

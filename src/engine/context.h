@@ -1,0 +1,53 @@
+// The engine's context: model config, registered weights, KV-cache length and
+// the backend that does the work. Every public method validates fully before
+// it changes anything, and throws qsp::Error on failure.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/log.h"
+#include "engine/backend.h"
+
+namespace qsp {
+
+class Context {
+ public:
+  Context(const qsp_context_params& params);  // throws
+  ~Context();
+
+  void upload_layer(uint32_t layer, const qsp_layer_weights& w);
+  void upload_embedding(const qsp_tensor& t);
+  void upload_output(const qsp_output_weights& w);
+
+  void prefill(const int32_t* tokens, const float* embeddings, uint32_t n);
+
+  const float* logits();
+  int32_t greedy_token();
+
+  uint32_t kv_length() const { return kv_len_; }
+  void kv_clear() { kv_len_ = 0; have_logits_ = false; }
+  void kv_truncate(uint32_t len);
+
+  const ModelConfig& config() const { return cfg_; }
+  Backend& backend() { return *backend_; }
+  const Backend& backend() const { return *backend_; }
+  const LogSink& log() const { return log_; }
+
+  std::string last_error;  // set by the C layer
+
+ private:
+  // Validates one slot and returns its cached tensor (nullptr for handle 0 in
+  // an optional slot).
+  TensorRef acquire(const qsp_tensor& t, const char* slot, TensorRole role, uint64_t rows, uint64_t cols,
+                    bool optional);
+
+  ModelConfig cfg_;
+  LogSink log_;
+  std::unique_ptr<Backend> backend_;
+  ModelTensors weights_;
+  uint32_t kv_len_ = 0;
+  bool have_logits_ = false;
+};
+
+}  // namespace qsp

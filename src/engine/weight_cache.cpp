@@ -1,0 +1,67 @@
+#include "engine/weight_cache.h"
+
+#include <map>
+
+#include "common/error.h"
+#include "common/quant.h"
+
+namespace qsp {
+
+WeightCache& WeightCache::get(int32_t kind, int32_t device) {
+  static std::mutex mu;
+  // Leaked on purpose: tensors released during static destruction must still
+  // find their cache.
+  static auto* caches = new std::map<std::pair<int32_t, int32_t>, std::unique_ptr<WeightCache>>;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = (*caches)[{kind, device}];
+  if (!slot) slot.reset(new WeightCache);
+  return *slot;
+}
+
+static const char* role_name(TensorRole r) { return r == TensorRole::kVector ? "vector" : "matrix"; }
+
+TensorRef WeightCache::acquire(uint64_t handle, const TensorMeta& meta,
+                               const std::function<std::unique_ptr<Tensor>()>& make) {
+  // The lock is held across the upload so that two contexts registering the
+  // same handle at once upload it once; uploads of different handles are
+  // serialized, which costs nothing a PCIe link would not serialize anyway.
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(handle);
+  if (it != map_.end()) {
+    if (TensorRef t = it->second.lock()) {
+      const TensorMeta& m = t->meta;
+      QSP_FAIL_IF(!(m == meta), QSP_ERR_HANDLE_CONFLICT,
+                  "handle 0x%llx is already registered as %s %llux%llu (%llu bytes, %s); "
+                  "now given as %s %llux%llu (%llu bytes, %s)",
+                  (unsigned long long)handle, qsp_dtype_name(m.dtype), (unsigned long long)m.rows,
+                  (unsigned long long)m.cols, (unsigned long long)m.bytes, role_name(m.role),
+                  qsp_dtype_name(meta.dtype), (unsigned long long)meta.rows,
+                  (unsigned long long)meta.cols, (unsigned long long)meta.bytes, role_name(meta.role));
+      ++hits_;
+      return t;
+    }
+  }
+  std::shared_ptr<const Tensor> t(make().release());
+  map_[handle] = t;
+  ++uploads_;
+  return t;
+}
+
+CacheStats WeightCache::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CacheStats s;
+  for (auto it = map_.begin(); it != map_.end();) {
+    if (TensorRef t = it->second.lock()) {
+      ++s.n_tensors;
+      s.n_bytes += t->stored_bytes;
+      ++it;
+    } else {
+      it = map_.erase(it);
+    }
+  }
+  s.n_uploads = uploads_;
+  s.n_hits = hits_;
+  return s;
+}
+
+}  // namespace qsp

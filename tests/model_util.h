@@ -1,0 +1,208 @@
+// Random tiny (or real-shaped) models for the tests: host tensors of
+// realistic scale (never zeros), quantized with the reference quantizers,
+// plus everything needed to upload them through the public C API.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/quant.h"
+#include "qsp/qsp.h"
+
+namespace qsp_test {
+
+struct HostTensor {
+  uint64_t handle = 0;
+  int32_t dtype = QSP_DTYPE_F32;
+  uint64_t rows = 0, cols = 0;
+  std::vector<uint8_t> bytes;   // as uploaded
+  std::vector<float> values;    // the exact dequantized values (rows x cols)
+
+  qsp_tensor view() const {
+    qsp_tensor t{};
+    t.handle = handle;
+    t.dtype = dtype;
+    t.n_rows = rows;
+    t.n_cols = cols;
+    t.data = bytes.data();
+    t.n_bytes = bytes.size();
+    return t;
+  }
+};
+
+struct ModelSpec {
+  uint32_t n_layers = 2, hidden = 128, ffn = 256, n_heads = 4, n_kv_heads = 2, head_dim = 32;
+  uint32_t vocab = 1000, max_seq = 256;
+  bool qwen3 = true;              // NEOX + QK-norm; false: Llama (interleaved RoPE, no QK-norm)
+  int32_t wtype = QSP_DTYPE_Q4_0; // projections; -1 = alternate Q4_0 / Q8_0 by layer ("mixed")
+  int32_t embd_type = QSP_DTYPE_Q8_0;
+  bool tied = false;              // LM head = embedding (same handle)
+  uint64_t seed = 1;
+  uint64_t handle_base = 0;       // 0: derived from seed
+  float rope_theta = 1e6f;
+};
+
+inline HostTensor make_tensor(std::mt19937_64& rng, uint64_t handle, int32_t dtype, uint64_t rows, uint64_t cols,
+                              float mean, float stddev) {
+  HostTensor t;
+  t.handle = handle;
+  t.dtype = dtype;
+  t.rows = rows;
+  t.cols = cols;
+  std::normal_distribution<float> nd(mean, stddev);
+  std::vector<float> src(rows * cols);
+  for (auto& v : src) v = nd(rng);
+  t.bytes.resize(qsp_dtype_size(dtype, rows, cols));
+  t.values.resize(rows * cols);
+  const uint64_t row_bytes = t.bytes.size() / rows;
+  for (uint64_t r = 0; r < rows; ++r) {
+    const float* x = src.data() + r * cols;
+    uint8_t* dst = t.bytes.data() + r * row_bytes;
+    switch (dtype) {
+      case QSP_DTYPE_Q4_0: qsp::quantize_row_q4_0(x, reinterpret_cast<qsp::BlockQ4_0*>(dst), cols); break;
+      case QSP_DTYPE_Q8_0: qsp::quantize_row_q8_0(x, reinterpret_cast<qsp::BlockQ8_0*>(dst), cols); break;
+      case QSP_DTYPE_F16:
+        for (uint64_t c = 0; c < cols; ++c) reinterpret_cast<uint16_t*>(dst)[c] = qsp::fp32_to_fp16(x[c]);
+        break;
+      case QSP_DTYPE_BF16:
+        for (uint64_t c = 0; c < cols; ++c) reinterpret_cast<uint16_t*>(dst)[c] = qsp::fp32_to_bf16(x[c]);
+        break;
+      default: std::memcpy(dst, x, cols * sizeof(float)); break;
+    }
+    qsp::dequantize_row(dtype, dst, t.values.data() + r * cols, cols);
+  }
+  return t;
+}
+
+struct TestModel {
+  ModelSpec spec;
+  qsp_context_params params{};
+  // Per layer, in the order of qsp_layer_weights: attn_norm wq wk wv q_norm k_norm wo ffn_norm w_gate w_up w_down
+  std::vector<std::vector<HostTensor>> layers;
+  HostTensor embd, out_norm, lm_head;
+
+  qsp_layer_weights layer_weights(uint32_t l) const {
+    qsp_layer_weights w;
+    qsp_layer_weights_init(&w);
+    const auto& L = layers[l];
+    w.attn_norm = L[0].view();
+    w.wq = L[1].view();
+    w.wk = L[2].view();
+    w.wv = L[3].view();
+    if (spec.qwen3) {
+      w.q_norm = L[4].view();
+      w.k_norm = L[5].view();
+    }
+    w.wo = L[6].view();
+    w.ffn_norm = L[7].view();
+    w.w_gate = L[8].view();
+    w.w_up = L[9].view();
+    w.w_down = L[10].view();
+    return w;
+  }
+  qsp_output_weights output_weights() const {
+    qsp_output_weights o;
+    qsp_output_weights_init(&o);
+    o.norm = out_norm.view();
+    o.lm_head = spec.tied ? embd.view() : lm_head.view();
+    return o;
+  }
+  const HostTensor& head() const { return spec.tied ? embd : lm_head; }
+
+  // Uploads everything; returns the first failing status.
+  qsp_status upload(qsp_context* ctx) const {
+    for (uint32_t l = 0; l < spec.n_layers; ++l) {
+      qsp_layer_weights w = layer_weights(l);
+      qsp_status st = qsp_upload_layer(ctx, l, &w);
+      if (st != QSP_OK) return st;
+    }
+    qsp_tensor e = embd.view();
+    qsp_status st = qsp_upload_embedding(ctx, &e);
+    if (st != QSP_OK) return st;
+    qsp_output_weights o = output_weights();
+    return qsp_upload_output(ctx, &o);
+  }
+
+  // Creates a context for this model on `backend` and uploads it (NULL on failure).
+  qsp_context* create(int32_t backend, uint32_t max_seq = 0) const {
+    qsp_context_params p = params;
+    p.backend = backend;
+    if (max_seq) p.max_seq_len = max_seq;
+    qsp_context* ctx = nullptr;
+    if (qsp_context_create(&p, &ctx) != QSP_OK) return nullptr;
+    if (upload(ctx) != QSP_OK) {
+      qsp_context_destroy(ctx);
+      return nullptr;
+    }
+    return ctx;
+  }
+};
+
+inline TestModel make_model(const ModelSpec& s) {
+  TestModel m;
+  m.spec = s;
+  std::mt19937_64 rng(s.seed * 0x9E3779B97F4A7C15ull + 12345);
+  uint64_t h = s.handle_base ? s.handle_base : (s.seed << 20) ^ 0x5150000000000000ull;
+  const uint64_t H = s.hidden, Q = uint64_t(s.n_heads) * s.head_dim, KV = uint64_t(s.n_kv_heads) * s.head_dim;
+  // Realistic scales: projections ~ N(0, 1/sqrt(fan_in)) scaled down as trained
+  // models are; norm weights around 1 with spread; embeddings ~ N(0, 0.05).
+  for (uint32_t l = 0; l < s.n_layers; ++l) {
+    const int32_t wt = s.wtype >= 0 ? s.wtype : (l % 2 == 0 ? QSP_DTYPE_Q4_0 : QSP_DTYPE_Q8_0);
+    const float sh = 0.6f / std::sqrt(float(H)), sq = 0.6f / std::sqrt(float(Q)), sf = 0.6f / std::sqrt(float(s.ffn));
+    std::vector<HostTensor> L;
+    L.push_back(make_tensor(rng, ++h, QSP_DTYPE_F32, 1, H, 1.0f, 0.2f));
+    L.push_back(make_tensor(rng, ++h, wt, Q, H, 0.0f, sh));
+    L.push_back(make_tensor(rng, ++h, wt, KV, H, 0.0f, sh));
+    L.push_back(make_tensor(rng, ++h, wt, KV, H, 0.0f, sh));
+    L.push_back(make_tensor(rng, ++h, QSP_DTYPE_F32, 1, s.head_dim, 1.0f, 0.2f));
+    L.push_back(make_tensor(rng, ++h, QSP_DTYPE_F32, 1, s.head_dim, 1.0f, 0.2f));
+    L.push_back(make_tensor(rng, ++h, wt, H, Q, 0.0f, sq));
+    L.push_back(make_tensor(rng, ++h, QSP_DTYPE_F32, 1, H, 1.0f, 0.2f));
+    L.push_back(make_tensor(rng, ++h, wt, s.ffn, H, 0.0f, sh));
+    L.push_back(make_tensor(rng, ++h, wt, s.ffn, H, 0.0f, sh));
+    L.push_back(make_tensor(rng, ++h, wt, H, s.ffn, 0.0f, sf));
+    m.layers.push_back(std::move(L));
+  }
+  m.embd = make_tensor(rng, ++h, s.embd_type, s.vocab, H, 0.0f, 0.05f);
+  m.out_norm = make_tensor(rng, ++h, QSP_DTYPE_F32, 1, H, 1.0f, 0.2f);
+  if (!s.tied) m.lm_head = make_tensor(rng, ++h, s.wtype >= 0 ? s.wtype : QSP_DTYPE_Q8_0, s.vocab, H, 0.0f, 2.0f / std::sqrt(float(H)));
+
+  qsp_context_params_init(&m.params);
+  m.params.n_layers = s.n_layers;
+  m.params.hidden_size = s.hidden;
+  m.params.intermediate_size = s.ffn;
+  m.params.n_heads = s.n_heads;
+  m.params.n_kv_heads = s.n_kv_heads;
+  m.params.head_dim = s.head_dim;
+  m.params.vocab_size = s.vocab;
+  m.params.max_seq_len = s.max_seq;
+  m.params.rms_eps = 1e-6f;
+  m.params.rope_theta = s.rope_theta;
+  m.params.rope_style = s.qwen3 ? QSP_ROPE_NEOX : QSP_ROPE_INTERLEAVED;
+  m.params.qk_norm = s.qwen3 ? 1 : 0;
+  m.params.backend = QSP_BACKEND_CPU;
+  return m;
+}
+
+inline std::vector<int32_t> random_tokens(uint32_t n, uint32_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> d(0, int32_t(vocab) - 1);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
+inline double rel_l2(const float* a, const float* ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = double(a[i]) - double(ref[i]);
+    num += d * d;
+    den += double(ref[i]) * double(ref[i]);
+  }
+  return std::sqrt(num / (den > 0 ? den : 1e-300));
+}
+
+}  // namespace qsp_test

@@ -1,0 +1,2 @@
+/* placeholder replaced by the test suite */
+int main(void) { return 0; }
