@@ -1,5 +1,6 @@
 #include "cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -20,19 +21,34 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t n, int64_t dim, f
   });
 }
 
+// Dot product with 8 independent partial sums: the compiler can keep them in
+// one SIMD register without reassociating (no -ffast-math needed), which is
+// ~6x faster than a single running sum. The sum order is fixed, so results
+// are deterministic for a given K.
+static inline float dot(const float* a, const float* b, int64_t K) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t c = 0;
+  for (; c + 8 <= K; c += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[c + j] * b[c + j];
+  float tail = 0.0f;
+  for (; c < K; ++c) tail += a[c] * b[c];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
 void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, ThreadPool& pool) {
   const int64_t K = int64_t(W.cols);
   const uint64_t row_bytes = dtype_row_bytes(W.dtype, W.cols);
-  // Each thread dequantizes a row once and dots it with every token.
-  pool.parallel_for(int64_t(W.rows), [&](int64_t b, int64_t e) {
-    std::vector<float> wrow(K);
-    for (int64_t r = b; r < e; ++r) {
-      dequantize_row(W.dtype, W.data + r * row_bytes, wrow.data(), K);
+  constexpr int64_t kRows = 4;  // weight rows dequantized together: each x row is read once per 4
+  const int64_t n_blocks = (int64_t(W.rows) + kRows - 1) / kRows;
+  pool.parallel_for(n_blocks, [&](int64_t b, int64_t e) {
+    std::vector<float> wrows(kRows * K);
+    for (int64_t blk = b; blk < e; ++blk) {
+      const int64_t r0 = blk * kRows, nr = std::min<int64_t>(kRows, int64_t(W.rows) - r0);
+      for (int64_t i = 0; i < nr; ++i)
+        dequantize_row(W.dtype, W.data + (r0 + i) * row_bytes, wrows.data() + i * K, K);
       for (int64_t t = 0; t < n; ++t) {
         const float* xr = x + t * K;
-        float acc = 0.0f;
-        for (int64_t c = 0; c < K; ++c) acc += wrow[c] * xr[c];
-        y[t * ldy + r] = acc;
+        for (int64_t i = 0; i < nr; ++i) y[t * ldy + r0 + i] = dot(wrows.data() + i * K, xr, K);
       }
     }
   });

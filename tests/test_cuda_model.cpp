@@ -1,0 +1,242 @@
+// The whole model on the CUDA backend against the CPU reference, through the
+// public C API: random models of realistic scale in real layer shapes,
+// Qwen3 and Llama style, Q4_0 / Q8_0 / mixed, one-shot, chunked and decode.
+// QSP_POISON=1 makes the CUDA backend fill its scratch and logits with NaN
+// before every chunk, so an element a kernel forgets to write fails here.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
+#include "gpu_util.h"
+#include "model_util.h"
+
+using namespace qsp_test;
+
+namespace {
+
+struct Logits {
+  std::vector<float> v;
+  int32_t greedy = -1;
+};
+
+Logits run(qsp_context* ctx, const std::vector<int32_t>& tokens, const std::vector<uint32_t>& chunks) {
+  Logits out;
+  size_t done = 0;
+  for (uint32_t c : chunks) {
+    REQUIRE(qsp_prefill(ctx, tokens.data() + done, c) == QSP_OK);
+    done += c;
+  }
+  REQUIRE(done == tokens.size());
+  const float* p = nullptr;
+  uint32_t n = 0;
+  REQUIRE(qsp_get_logits(ctx, &p, &n) == QSP_OK);
+  out.v.assign(p, p + n);
+  REQUIRE(qsp_greedy_token(ctx, &out.greedy) == QSP_OK);
+  return out;
+}
+
+// Same argmax, unless the reference's top two are closer than the measured
+// error (a tie within noise is not a wrong answer); reported either way.
+void check_close(const Logits& gpu, const Logits& cpu, double tol = 1e-2) {
+  REQUIRE(gpu.v.size() == cpu.v.size());
+  for (float f : gpu.v) REQUIRE(std::isfinite(f));
+  const double err = rel_l2(gpu.v.data(), cpu.v.data(), cpu.v.size());
+  double max_abs = 0;
+  for (size_t i = 0; i < cpu.v.size(); ++i) max_abs = std::max(max_abs, std::fabs(double(gpu.v[i]) - cpu.v[i]));
+  INFO("rel L2 " << err << ", max abs " << max_abs << ", greedy gpu " << gpu.greedy << " cpu " << cpu.greedy);
+  CHECK(err <= tol);
+  if (gpu.greedy != cpu.greedy) {
+    const double gap = double(cpu.v[cpu.greedy]) - double(cpu.v[gpu.greedy]);
+    INFO("reference gap between the two tokens: " << gap);
+    CHECK(gap <= 2 * max_abs);
+  }
+  std::printf("    rel L2 %.3e  max abs %.3e  greedy %d/%d\n", err, max_abs, gpu.greedy, cpu.greedy);
+}
+
+ModelSpec qwen3_shape(int32_t wtype, uint64_t seed) {
+  ModelSpec s;  // the layer shapes of Qwen3-0.6B, two layers
+  s.n_layers = 2;
+  s.hidden = 1024;
+  s.ffn = 3072;
+  s.n_heads = 16;
+  s.n_kv_heads = 8;
+  s.head_dim = 128;
+  s.vocab = 151936;
+  s.max_seq = 4096 + 64;
+  s.qwen3 = true;
+  s.wtype = wtype;
+  s.embd_type = QSP_DTYPE_Q8_0;
+  s.tied = true;
+  s.seed = seed;
+  return s;
+}
+
+ModelSpec llama_shape(int32_t wtype, uint64_t seed) {
+  ModelSpec s;  // Llama style: interleaved RoPE, no QK-norm, GQA 4, head_dim 64
+  s.n_layers = 2;
+  s.hidden = 512;
+  s.ffn = 1536;
+  s.n_heads = 8;
+  s.n_kv_heads = 2;
+  s.head_dim = 64;
+  s.vocab = 32000;
+  s.max_seq = 4096 + 64;
+  s.qwen3 = false;
+  s.wtype = wtype;
+  s.embd_type = QSP_DTYPE_F16;
+  s.tied = false;
+  s.rope_theta = 500000.0f;
+  s.seed = seed;
+  return s;
+}
+
+struct Poison {
+  Poison() { setenv("QSP_POISON", "1", 1); }
+  ~Poison() { unsetenv("QSP_POISON"); }
+};
+
+void compare_lengths(const ModelSpec& spec, const std::vector<uint32_t>& lengths) {
+  Poison poison;
+  TestModel m = make_model(spec);
+  qsp_context* cpu = m.create(QSP_BACKEND_CPU);
+  qsp_context* gpu = m.create(QSP_BACKEND_CUDA);
+  REQUIRE(cpu);
+  REQUIRE(gpu);
+  for (uint32_t n : lengths) {
+    std::printf("  %s %s n=%u\n", spec.qwen3 ? "qwen3" : "llama",
+                spec.wtype < 0 ? "mixed" : qsp_dtype_name(spec.wtype), n);
+    std::vector<int32_t> tokens = random_tokens(n, spec.vocab, spec.seed * 1000 + n);
+    REQUIRE(qsp_kv_clear(cpu) == QSP_OK);
+    REQUIRE(qsp_kv_clear(gpu) == QSP_OK);
+    Logits ref = run(cpu, tokens, {n});
+    Logits one = run(gpu, tokens, {n});
+    check_close(one, ref);
+    if (n >= 3) {
+      // The same prompt in uneven chunks: positions continue from the cache.
+      REQUIRE(qsp_kv_clear(gpu) == QSP_OK);
+      const uint32_t a = n / 3, b = n / 2;
+      Logits chunked = run(gpu, tokens, {a, b, n - a - b});
+      check_close(chunked, ref);
+      CHECK(rel_l2(chunked.v.data(), one.v.data(), one.v.size()) <= 5e-3);
+    }
+  }
+  qsp_context_destroy(cpu);
+  qsp_context_destroy(gpu);
+}
+
+}  // namespace
+
+TEST_CASE("cuda model: Qwen3 shape, Q4_0, one-shot and chunked", "[gpu][model]") {
+  QSP_REQUIRE_GPU();
+  compare_lengths(qwen3_shape(QSP_DTYPE_Q4_0, 11), {1, 3, 17, 100, 513, 2048});
+}
+
+TEST_CASE("cuda model: Qwen3 shape, Q8_0", "[gpu][model]") {
+  QSP_REQUIRE_GPU();
+  compare_lengths(qwen3_shape(QSP_DTYPE_Q8_0, 12), {1, 17, 513, 2048});
+}
+
+TEST_CASE("cuda model: Qwen3 shape, mixed Q4_0/Q8_0 layers", "[gpu][model]") {
+  QSP_REQUIRE_GPU();
+  compare_lengths(qwen3_shape(-1, 13), {3, 100, 2048});
+}
+
+TEST_CASE("cuda model: Llama style, Q4_0", "[gpu][model]") {
+  QSP_REQUIRE_GPU();
+  compare_lengths(llama_shape(QSP_DTYPE_Q4_0, 21), {1, 3, 17, 100, 513, 2048});
+}
+
+TEST_CASE("cuda model: Llama style, Q8_0 and mixed", "[gpu][model]") {
+  QSP_REQUIRE_GPU();
+  compare_lengths(llama_shape(QSP_DTYPE_Q8_0, 22), {1, 17, 513});
+  compare_lengths(llama_shape(-1, 23), {3, 100, 2048});
+}
+
+TEST_CASE("cuda model: decode steps through the CUDA graph follow the CPU", "[gpu][model][decode]") {
+  QSP_REQUIRE_GPU();
+  Poison poison;
+  for (bool qwen : {true, false}) {
+    ModelSpec spec = qwen ? qwen3_shape(QSP_DTYPE_Q4_0, 31) : llama_shape(QSP_DTYPE_Q8_0, 32);
+    TestModel m = make_model(spec);
+    qsp_context* cpu = m.create(QSP_BACKEND_CPU);
+    qsp_context* gpu = m.create(QSP_BACKEND_CUDA);
+    REQUIRE(cpu);
+    REQUIRE(gpu);
+    std::vector<int32_t> prompt = random_tokens(17, spec.vocab, 77);
+    Logits ref = run(cpu, prompt, {17});
+    check_close(run(gpu, prompt, {17}), ref);
+    // Feed the reference's greedy token back, one step at a time: the graph
+    // is captured on the first step and replayed at every later position.
+    for (int step = 0; step < 8; ++step) {
+      std::vector<int32_t> t{ref.greedy};
+      Logits r = run(cpu, t, {1});
+      Logits g = run(gpu, t, {1});
+      check_close(g, r);
+      ref = r;
+    }
+    uint32_t len = 0;
+    REQUIRE(qsp_kv_length(gpu, &len) == QSP_OK);
+    CHECK(len == 25);
+    // Truncate and redo: the graph must read the new position.
+    REQUIRE(qsp_kv_truncate(gpu, 17) == QSP_OK);
+    REQUIRE(qsp_kv_truncate(cpu, 17) == QSP_OK);
+    std::vector<int32_t> t{int32_t(spec.vocab - 1)};
+    check_close(run(gpu, t, {1}), run(cpu, t, {1}));
+    qsp_context_destroy(cpu);
+    qsp_context_destroy(gpu);
+  }
+}
+
+TEST_CASE("cuda model: a second context shares the device weight cache", "[gpu][model][cache]") {
+  QSP_REQUIRE_GPU();
+  ModelSpec spec = llama_shape(QSP_DTYPE_Q4_0, 41);
+  TestModel m = make_model(spec);
+  qsp_cache_stats s0, s1, s2, s3;
+  qsp_cache_stats_init(&s0);
+  s1 = s2 = s3 = s0;
+  REQUIRE(qsp_cache_stats_get(QSP_BACKEND_CUDA, 0, &s0) == QSP_OK);
+  qsp_context* a = m.create(QSP_BACKEND_CUDA);
+  REQUIRE(a);
+  REQUIRE(qsp_cache_stats_get(QSP_BACKEND_CUDA, 0, &s1) == QSP_OK);
+  const uint64_t tensors = s1.n_tensors - s0.n_tensors;
+  CHECK(tensors == 2 * 9 + 3);  // Llama style: 9 per layer, embedding, output norm, LM head
+  qsp_context* b = m.create(QSP_BACKEND_CUDA);
+  REQUIRE(b);
+  REQUIRE(qsp_cache_stats_get(QSP_BACKEND_CUDA, 0, &s2) == QSP_OK);
+  CHECK(s2.n_tensors == s1.n_tensors);
+  CHECK(s2.n_uploads == s1.n_uploads);
+  CHECK(s2.n_hits - s1.n_hits == tensors);
+  std::vector<int32_t> tokens = random_tokens(100, spec.vocab, 5);
+  Logits la = run(a, tokens, {100});
+  qsp_context_destroy(a);  // b keeps the weights alive
+  Logits lb = run(b, tokens, {100});
+  CHECK(rel_l2(la.v.data(), lb.v.data(), la.v.size()) == 0.0);
+  qsp_context_destroy(b);
+  REQUIRE(qsp_cache_stats_get(QSP_BACKEND_CUDA, 0, &s3) == QSP_OK);
+  CHECK(s3.n_tensors == s0.n_tensors);
+  CHECK(s3.n_bytes == s0.n_bytes);
+}
+
+TEST_CASE("cuda model: bad input leaves the GPU context usable", "[gpu][model][errors]") {
+  QSP_REQUIRE_GPU();
+  ModelSpec spec = llama_shape(QSP_DTYPE_Q4_0, 51);
+  spec.max_seq = 64;
+  TestModel m = make_model(spec);
+  qsp_context* gpu = m.create(QSP_BACKEND_CUDA);
+  REQUIRE(gpu);
+  std::vector<int32_t> tokens = random_tokens(40, spec.vocab, 9);
+  Logits first = run(gpu, tokens, {40});
+  std::vector<int32_t> bad{1, int32_t(spec.vocab)};
+  CHECK(qsp_prefill(gpu, bad.data(), 2) == QSP_ERR_OUT_OF_RANGE);
+  CHECK(qsp_prefill(gpu, tokens.data(), 40) == QSP_ERR_CONTEXT_FULL);
+  uint32_t len = 0;
+  REQUIRE(qsp_kv_length(gpu, &len) == QSP_OK);
+  CHECK(len == 40);
+  REQUIRE(qsp_kv_clear(gpu) == QSP_OK);
+  Logits again = run(gpu, tokens, {40});
+  CHECK(rel_l2(again.v.data(), first.v.data(), first.v.size()) == 0.0);
+  qsp_context_destroy(gpu);
+}
