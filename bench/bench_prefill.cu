@@ -1,0 +1,469 @@
+// bench_prefill: whole-model prefill throughput of qsp on the GPU, next to a
+// baseline a user would otherwise pick, in the same run:
+//   qsp      the public C API, backend CUDA, Q4_0 / Q8_0 weights
+//   cublas   the same layers with fp16 weights through cuBLAS (fp32
+//            accumulation), qsp's own norm / RoPE / attention kernels between
+//            them — i.e. what dequantizing the model to fp16 would buy.
+// Synthetic random weights of realistic scale in the shapes of Qwen3-0.6B and
+// Qwen3-8B. Prints ms, tokens/s and effective TOPS (2 x linear parameters x
+// tokens + causal attention + the LM head once).
+//
+// usage: bench_prefill [--model 0.6b|8b|all] [--type q4_0|q8_0|all]
+//                      [--tokens 1,128,512,2048,8192] [--reps N] [--no-baseline]
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/quant.h"
+#include "kernels/kernels.h"
+#include "qsp/qsp.h"
+
+namespace {
+
+struct Shape {
+  const char* name;
+  uint32_t layers, hidden, ffn, heads, kv_heads, head_dim, vocab;
+};
+const Shape kShapes[] = {
+    {"qwen3-0.6b", 28, 1024, 3072, 16, 8, 128, 151936},
+    {"qwen3-8b", 36, 4096, 12288, 32, 8, 128, 151936},
+};
+
+#define CK(x)                                                                          \
+  do {                                                                                 \
+    cudaError_t e_ = (x);                                                              \
+    if (e_ != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                    \
+    }                                                                                  \
+  } while (0)
+#define QK(x)                                                                                  \
+  do {                                                                                         \
+    qsp_status s_ = (x);                                                                       \
+    if (s_ != QSP_OK) {                                                                        \
+      std::fprintf(stderr, "%s failed: %s: %s\n", #x, qsp_status_string(s_), qsp_last_error()); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+#define BK(x)                                                              \
+  do {                                                                     \
+    cublasStatus_t s_ = (x);                                               \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                     \
+      std::fprintf(stderr, "%s:%d %s: cublas %d\n", __FILE__, __LINE__, #x, int(s_)); \
+      std::exit(1);                                                        \
+    }                                                                      \
+  } while (0)
+
+double linear_params(const Shape& s) {
+  const double H = s.hidden, Q = double(s.heads) * s.head_dim, KV = double(s.kv_heads) * s.head_dim;
+  return s.layers * (H * Q + 2 * H * KV + Q * H + 3 * H * s.ffn);
+}
+// Causal attention over a chunk of n after `past`: QK^T and PV, 2 flops a MAC.
+double attn_flops(const Shape& s, double n, double past) {
+  const double pairs = n * past + n * (n + 1) / 2;
+  return s.layers * 4.0 * s.heads * s.head_dim * pairs;
+}
+double total_flops(const Shape& s, double n, double past) {
+  return 2 * linear_params(s) * n + attn_flops(s, n, past) + 2.0 * s.vocab * s.hidden;
+}
+
+// Fast random bytes for quantized weights: random nibbles / int8 with fp16
+// scales drawn around what trained models carry (~0.6/sqrt(K) per element).
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+};
+
+std::vector<uint8_t> random_quant(int32_t dtype, uint64_t rows, uint64_t cols, uint64_t seed) {
+  std::vector<uint8_t> b(qsp_dtype_size(dtype, rows, cols));
+  Rng r{seed * 0x9E3779B97F4A7C15ull | 1};
+  for (size_t i = 0; i + 8 <= b.size(); i += 8) {
+    uint64_t v = r.next();
+    std::memcpy(&b[i], &v, 8);
+  }
+  const size_t block = dtype == QSP_DTYPE_Q4_0 ? 18 : 34;
+  const float elem_sd = 0.6f / std::sqrt(float(cols));
+  const float d = dtype == QSP_DTYPE_Q4_0 ? elem_sd * 2.5f / 8.0f : elem_sd * 2.5f / 127.0f;
+  for (size_t off = 0; off < b.size(); off += block) {
+    const float jitter = 0.75f + 0.5f * float(r.next() & 0xffff) / 65535.0f;
+    const uint16_t h = qsp::fp32_to_fp16(d * jitter);
+    std::memcpy(&b[off], &h, 2);
+  }
+  return b;
+}
+
+std::vector<uint8_t> random_f32(uint64_t n, float mean, float sd, uint64_t seed) {
+  std::vector<uint8_t> b(n * 4);
+  std::mt19937 g(uint32_t(seed));
+  std::normal_distribution<float> nd(mean, sd);
+  for (uint64_t i = 0; i < n; ++i) {
+    float v = nd(g);
+    std::memcpy(&b[i * 4], &v, 4);
+  }
+  return b;
+}
+
+qsp_tensor view(uint64_t handle, int32_t dtype, uint64_t rows, uint64_t cols, const std::vector<uint8_t>& b) {
+  qsp_tensor t{};
+  t.handle = handle;
+  t.dtype = dtype;
+  t.n_rows = rows;
+  t.n_cols = cols;
+  t.data = b.data();
+  t.n_bytes = b.size();
+  return t;
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int reps_for(uint32_t n, int reps) { return n >= 4096 ? std::max(3, reps / 3) : reps; }
+
+// ---- qsp through the public API ------------------------------------------------
+qsp_context* make_qsp(const Shape& s, int32_t dtype, uint32_t max_seq) {
+  qsp_context_params p;
+  qsp_context_params_init(&p);
+  p.n_layers = s.layers;
+  p.hidden_size = s.hidden;
+  p.intermediate_size = s.ffn;
+  p.n_heads = s.heads;
+  p.n_kv_heads = s.kv_heads;
+  p.head_dim = s.head_dim;
+  p.vocab_size = s.vocab;
+  p.max_seq_len = max_seq;
+  p.backend = QSP_BACKEND_CUDA;
+  qsp_context* ctx = nullptr;
+  QK(qsp_context_create(&p, &ctx));
+  const uint64_t H = s.hidden, Q = uint64_t(s.heads) * s.head_dim, KV = uint64_t(s.kv_heads) * s.head_dim;
+  uint64_t h = (uint64_t(dtype) << 40) ^ (uint64_t(s.hidden) << 20);
+  const double t0 = now_ms();
+  for (uint32_t l = 0; l < s.layers; ++l) {
+    std::vector<uint8_t> an = random_f32(H, 1, 0.2f, ++h), fn = random_f32(H, 1, 0.2f, ++h);
+    std::vector<uint8_t> qn = random_f32(s.head_dim, 1, 0.2f, ++h), kn = random_f32(s.head_dim, 1, 0.2f, ++h);
+    std::vector<uint8_t> wq = random_quant(dtype, Q, H, ++h), wk = random_quant(dtype, KV, H, ++h),
+                         wv = random_quant(dtype, KV, H, ++h), wo = random_quant(dtype, H, Q, ++h),
+                         wg = random_quant(dtype, s.ffn, H, ++h), wu = random_quant(dtype, s.ffn, H, ++h),
+                         wd = random_quant(dtype, H, s.ffn, ++h);
+    qsp_layer_weights w;
+    qsp_layer_weights_init(&w);
+    w.attn_norm = view(h + 100, QSP_DTYPE_F32, 1, H, an);
+    w.ffn_norm = view(h + 101, QSP_DTYPE_F32, 1, H, fn);
+    w.q_norm = view(h + 102, QSP_DTYPE_F32, 1, s.head_dim, qn);
+    w.k_norm = view(h + 103, QSP_DTYPE_F32, 1, s.head_dim, kn);
+    w.wq = view(h + 104, dtype, Q, H, wq);
+    w.wk = view(h + 105, dtype, KV, H, wk);
+    w.wv = view(h + 106, dtype, KV, H, wv);
+    w.wo = view(h + 107, dtype, H, Q, wo);
+    w.w_gate = view(h + 108, dtype, s.ffn, H, wg);
+    w.w_up = view(h + 109, dtype, s.ffn, H, wu);
+    w.w_down = view(h + 110, dtype, H, s.ffn, wd);
+    h += 200;
+    QK(qsp_upload_layer(ctx, l, &w));
+  }
+  std::vector<uint8_t> emb = random_quant(QSP_DTYPE_Q8_0, s.vocab, H, ++h);
+  std::vector<uint8_t> on = random_f32(H, 1, 0.2f, ++h);
+  qsp_tensor e = view(h + 1, QSP_DTYPE_Q8_0, s.vocab, H, emb);
+  QK(qsp_upload_embedding(ctx, &e));
+  qsp_output_weights o;
+  qsp_output_weights_init(&o);
+  o.norm = view(h + 2, QSP_DTYPE_F32, 1, H, on);
+  o.lm_head = e;  // tied, as Qwen3-0.6B; 8B has its own head of the same shape and cost
+  QK(qsp_upload_output(ctx, &o));
+  std::printf("  [qsp] generated + uploaded %s %s in %.1f s\n", s.name, qsp_dtype_name(dtype), (now_ms() - t0) / 1e3);
+  return ctx;
+}
+
+double time_qsp(qsp_context* ctx, uint32_t n, uint32_t past, int reps, const std::vector<int32_t>& tokens) {
+  std::vector<double> t;
+  for (int r = 0; r < reps + 1; ++r) {
+    QK(qsp_kv_truncate(ctx, 0));
+    if (past) QK(qsp_prefill(ctx, tokens.data(), past));
+    const double t0 = now_ms();
+    QK(qsp_prefill(ctx, tokens.data() + past, n));
+    const double dt = now_ms() - t0;
+    if (r) t.push_back(dt);  // the first run warms up (and captures the decode graph)
+  }
+  return median(t);
+}
+
+// ---- the cuBLAS fp16 baseline -----------------------------------------------------
+__global__ void fill_half(__half* p, size_t n, float sd, uint64_t seed) {
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  for (; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    const float u = float(x & 0xffffff) / 16777216.0f - 0.5f;  // uniform, sd = 1/sqrt(12)
+    p[i] = __float2half(u * sd * 3.4641f);
+  }
+}
+__global__ void fill_float(float* p, size_t n, float mean, float sd, uint64_t seed) {
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  for (; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t x = (i + 7) * 0xD1B54A32D192ED03ull ^ seed;
+    x ^= x >> 29;
+    const float u = float(x & 0xffffff) / 16777216.0f - 0.5f;
+    p[i] = mean + u * sd * 3.4641f;
+  }
+}
+__global__ void swiglu_kernel(const __half* gu, __half* out, int n, int F) {
+  // gu: [n][2F] (gate | up) -> out [n][F]
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  const size_t total = size_t(n) * F;
+  for (; i < total; i += size_t(gridDim.x) * blockDim.x) {
+    const size_t m = i / F, c = i % F;
+    const float g = __half2float(gu[m * 2 * F + c]), u = __half2float(gu[m * 2 * F + F + c]);
+    out[i] = __float2half(g / (1.0f + __expf(-g)) * u);
+  }
+}
+
+struct Baseline {
+  Shape s;
+  uint32_t max_seq;
+  cublasHandle_t blas;
+  cudaStream_t stream;
+  std::vector<__half*> wqkv, wo, wgu, wd;
+  float *norms, *x, *qkv, *logits;
+  __half *xn, *q, *att, *gu, *act, *kc, *vc, *lm;
+  int32_t* d_past;
+  void* attn_scratch;
+  size_t attn_scratch_bytes;
+
+  template <class T>
+  static T* dalloc(size_t n) {
+    void* p;
+    CK(cudaMalloc(&p, n * sizeof(T)));
+    return static_cast<T*>(p);
+  }
+
+  Baseline(const Shape& sh, uint32_t chunk, uint32_t max_seq_) : s(sh), max_seq(max_seq_) {
+    BK(cublasCreate(&blas));
+    CK(cudaStreamCreate(&stream));
+    BK(cublasSetStream(blas, stream));
+    const size_t H = s.hidden, Q = size_t(s.heads) * s.head_dim, KV = size_t(s.kv_heads) * s.head_dim, F = s.ffn;
+    uint64_t seed = 1;
+    auto rand_half = [&](size_t n, float sd) {
+      __half* p = dalloc<__half>(n);
+      fill_half<<<1024, 256, 0, stream>>>(p, n, sd, ++seed);
+      return p;
+    };
+    for (uint32_t l = 0; l < s.layers; ++l) {
+      wqkv.push_back(rand_half((Q + 2 * KV) * H, 0.6f / std::sqrt(float(H))));
+      wo.push_back(rand_half(H * Q, 0.6f / std::sqrt(float(Q))));
+      wgu.push_back(rand_half(2 * F * H, 0.6f / std::sqrt(float(H))));
+      wd.push_back(rand_half(H * F, 0.6f / std::sqrt(float(F))));
+    }
+    lm = rand_half(size_t(s.vocab) * H, 0.05f);
+    norms = dalloc<float>(H + s.head_dim * 2);
+    fill_float<<<64, 256, 0, stream>>>(norms, H + s.head_dim * 2, 1.0f, 0.2f, 99);
+    x = dalloc<float>(chunk * H);
+    fill_float<<<1024, 256, 0, stream>>>(x, chunk * H, 0.0f, 1.0f, 5);
+    qkv = dalloc<float>(chunk * (Q + 2 * KV));
+    logits = dalloc<float>(s.vocab);
+    xn = dalloc<__half>(chunk * H);
+    q = dalloc<__half>(chunk * Q);
+    att = dalloc<__half>(chunk * Q);
+    gu = dalloc<__half>(chunk * 2 * F);
+    act = dalloc<__half>(chunk * F);
+    const size_t kv = size_t(s.layers) * s.kv_heads * max_seq * s.head_dim;
+    kc = dalloc<__half>(kv);
+    vc = dalloc<__half>(kv);
+    d_past = dalloc<int32_t>(1);
+    attn_scratch_bytes = qsp::kern::attention_scratch_bytes(int32_t(chunk), int32_t(s.heads),
+                                                            int32_t(s.head_dim), int32_t(max_seq));
+    attn_scratch = attn_scratch_bytes ? dalloc<char>(attn_scratch_bytes) : nullptr;
+    CK(cudaStreamSynchronize(stream));
+  }
+
+  // C[m][n] (row-major, ld ldc) = A[m][k] (fp16) * W[n][k]^T, in column-major
+  // terms C^T = W * A^T: an "NT" call with W as the first operand.
+  void gemm(const __half* A, int M, const __half* W, int N, int K, void* C, cudaDataType ct, int ldc, float beta) {
+    const float alpha = 1.0f;
+    BK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, W, CUDA_R_16F, K, A, CUDA_R_16F, K, &beta, C,
+                    ct, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  void forward(int n, int past) {
+    using namespace qsp::kern;
+    const int H = int(s.hidden), Q = int(s.heads * s.head_dim), KV = int(s.kv_heads * s.head_dim), F = int(s.ffn);
+    CK(cudaMemcpyAsync(d_past, &past, sizeof past, cudaMemcpyHostToDevice, stream));
+    const size_t layer_kv = size_t(s.kv_heads) * max_seq * s.head_dim;
+    for (uint32_t l = 0; l < s.layers; ++l) {
+      CK(rmsnorm_f16(x, H, norms, xn, n, H, 1e-6f, stream));
+      gemm(xn, n, wqkv[l], Q + 2 * KV, H, qkv, CUDA_R_32F, Q + 2 * KV, 0.0f);
+      QkRopeArgs r;
+      r.qkv = qkv;
+      r.ld = Q + 2 * KV;
+      r.q_norm = norms + H;
+      r.k_norm = norms + H + s.head_dim;
+      r.q_out = q;
+      r.k_cache = kc + l * layer_kv;
+      r.v_cache = vc + l * layer_kv;
+      r.M = n;
+      r.n_heads = int(s.heads);
+      r.n_kv_heads = int(s.kv_heads);
+      r.head_dim = int(s.head_dim);
+      r.max_seq = int(max_seq);
+      r.past = d_past;
+      CK(qk_rope(r, stream));
+      AttnArgs a;
+      a.q = q;
+      a.k_cache = r.k_cache;
+      a.v_cache = r.v_cache;
+      a.out = att;
+      a.M = n;
+      a.n_heads = r.n_heads;
+      a.n_kv_heads = r.n_kv_heads;
+      a.head_dim = r.head_dim;
+      a.max_seq = r.max_seq;
+      a.past = d_past;
+      a.scale = 1.0f / std::sqrt(float(s.head_dim));
+      a.scratch = attn_scratch;
+      a.scratch_bytes = attn_scratch_bytes;
+      CK(attention(a, stream));
+      gemm(att, n, wo[l], H, Q, x, CUDA_R_32F, H, 1.0f);
+      CK(rmsnorm_f16(x, H, norms, xn, n, H, 1e-6f, stream));
+      gemm(xn, n, wgu[l], 2 * F, H, gu, CUDA_R_16F, 2 * F, 0.0f);
+      swiglu_kernel<<<2048, 256, 0, stream>>>(gu, act, n, F);
+      gemm(act, n, wd[l], H, F, x, CUDA_R_32F, H, 1.0f);
+    }
+    CK(rmsnorm_f16(x + size_t(n - 1) * H, H, norms, xn, 1, H, 1e-6f, stream));
+    gemm(xn, 1, lm, int(s.vocab), H, logits, CUDA_R_32F, int(s.vocab), 0.0f);
+    CK(cudaGetLastError());
+  }
+
+  double time(int n, int past, int reps) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<double> t;
+    for (int r = 0; r < reps + 1; ++r) {
+      CK(cudaEventRecord(a, stream));
+      forward(n, past);
+      CK(cudaEventRecord(b, stream));
+      CK(cudaEventSynchronize(b));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      if (r) t.push_back(ms);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return median(t);
+  }
+
+  ~Baseline() {
+    for (auto* v : {&wqkv, &wo, &wgu, &wd})
+      for (__half* p : *v) cudaFree(p);
+    for (void* p : {(void*)lm, (void*)norms, (void*)x, (void*)qkv, (void*)logits, (void*)xn, (void*)q, (void*)att,
+                    (void*)gu, (void*)act, (void*)kc, (void*)vc, (void*)d_past, attn_scratch})
+      if (p) cudaFree(p);
+    cublasDestroy(blas);
+    cudaStreamDestroy(stream);
+  }
+};
+
+std::vector<uint32_t> parse_list(const char* s) {
+  std::vector<uint32_t> v;
+  for (const char* p = s; *p;) {
+    v.push_back(uint32_t(std::strtoul(p, const_cast<char**>(&p), 10)));
+    if (*p == ',') ++p;
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model = "all", type = "all";
+  std::vector<uint32_t> lengths = {1, 128, 512, 2048, 8192};
+  int reps = 10;
+  bool baseline = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--model" && i + 1 < argc) model = argv[++i];
+    else if (a == "--type" && i + 1 < argc) type = argv[++i];
+    else if (a == "--tokens" && i + 1 < argc) lengths = parse_list(argv[++i]);
+    else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (a == "--no-baseline") baseline = false;
+    else {
+      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--reps N] [--no-baseline]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!qsp_backend_available(QSP_BACKEND_CUDA)) {
+    std::printf("SKIPPED: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("bench_prefill: qsp %s on %s (%d SMs)\n", qsp_version_string(), prop.name, prop.multiProcessorCount);
+  const uint32_t max_len = *std::max_element(lengths.begin(), lengths.end());
+  const uint32_t max_seq = max_len + 2048 + 16;
+  std::vector<int32_t> tokens(max_seq);
+  for (uint32_t i = 0; i < max_seq; ++i) tokens[i] = int32_t((i * 2654435761u) % 151936u);
+
+  std::vector<std::string> table;
+  char line[512];
+  for (const Shape& s : kShapes) {
+    if (model != "all" && std::string(s.name).find(model) == std::string::npos) continue;
+    for (int32_t dtype : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0}) {
+      if (type != "all" && type != qsp_dtype_name(dtype)) continue;
+      qsp_context* ctx = make_qsp(s, dtype, max_seq);
+      for (uint32_t n : lengths) {
+        const double ms = time_qsp(ctx, n, 0, reps_for(n, reps), tokens);
+        std::snprintf(line, sizeof line, "| %-10s | %-4s | qsp    | %5u | %9.3f | %10.0f | %7.1f |", s.name,
+                      qsp_dtype_name(dtype), n, ms, n / ms * 1e3, total_flops(s, n, 0) / ms / 1e9);
+        std::puts(line);
+        table.push_back(line);
+      }
+      // The decode step deep into a prompt (graph replay, attention over 2048 keys).
+      const double dms = time_qsp(ctx, 1, 2048, reps, tokens);
+      std::snprintf(line, sizeof line, "| %-10s | %-4s | qsp    | 1@2048 | %8.3f | %10.0f | %7.1f |", s.name,
+                    qsp_dtype_name(dtype), dms, 1e3 / dms, total_flops(s, 1, 2048) / dms / 1e9);
+      std::puts(line);
+      table.push_back(line);
+      qsp_context_destroy(ctx);
+    }
+    if (baseline) {
+      const uint32_t chunk = std::min<uint32_t>(max_len, 4096);
+      Baseline b(s, chunk, max_seq);
+      for (uint32_t n : lengths) {
+        // Chunked like qsp above 4096 tokens, so both pay the same attention.
+        double ms = 0;
+        for (uint32_t done = 0; done < n; done += chunk) {
+          const uint32_t c = std::min(chunk, n - done);
+          ms += b.time(int(c), int(done), reps_for(n, reps));
+        }
+        std::snprintf(line, sizeof line, "| %-10s | f16  | cublas | %5u | %9.3f | %10.0f | %7.1f |", s.name, n, ms,
+                      n / ms * 1e3, total_flops(s, n, 0) / ms / 1e9);
+        std::puts(line);
+        table.push_back(line);
+      }
+    }
+  }
+  std::printf("\n| model      | type | engine | tokens | ms | tokens/s | TOPS |\n|---|---|---|---|---|---|---|\n");
+  for (const std::string& l : table) std::puts(l.c_str());
+  return 0;
+}
