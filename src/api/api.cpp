@@ -12,11 +12,13 @@
 #include "engine/weight_cache.h"
 #include "qsp/qsp.h"
 
-struct qsp_context {
-  qsp::Context* impl;
-};
-
+// qsp_context is never defined: a qsp_context* is a qsp::Context*. Keeping
+// the C type incomplete also keeps C++ types out of the ABI description
+// (abi/libqsp.so.1.abi).
 namespace {
+
+inline qsp::Context* impl(qsp_context* c) { return reinterpret_cast<qsp::Context*>(c); }
+inline const qsp::Context* impl(const qsp_context* c) { return reinterpret_cast<const qsp::Context*>(c); }
 
 thread_local std::string t_last_error;
 
@@ -24,11 +26,11 @@ qsp_status fail(qsp_context* ctx, qsp_status st, const std::string& msg) {
   // Assigning strings can itself throw bad_alloc; never let that escape.
   try {
     t_last_error = msg;
-    if (ctx && ctx->impl) ctx->impl->last_error = msg;
+    if (ctx) impl(ctx)->last_error = msg;
   } catch (...) {
   }
-  if (ctx && ctx->impl) {
-    try { ctx->impl->log()(QSP_LOG_DEBUG, msg); } catch (...) {}
+  if (ctx) {
+    try { impl(ctx)->log()(QSP_LOG_DEBUG, msg); } catch (...) {}
   }
   return st;
 }
@@ -57,7 +59,7 @@ qsp_status guarded(qsp_context* ctx, F&& f) {
 
 #define QSP_CHECK_CTX(ctx)                                                                      \
   do {                                                                                          \
-    if ((ctx) == nullptr || (ctx)->impl == nullptr)                                             \
+    if ((ctx) == nullptr)                                             \
       return fail(nullptr, QSP_ERR_INVALID_ARGUMENT, "ctx is NULL");                            \
   } while (0)
 
@@ -163,8 +165,7 @@ qsp_status qsp_context_create(const qsp_context_params* params, qsp_context** ou
     return fail(nullptr, QSP_ERR_INVALID_ARGUMENT, "qsp_context_params reserved fields must be 0");
   qsp_context* ctx = nullptr;
   qsp_status st = guarded(nullptr, [&] {
-    std::unique_ptr<qsp::Context> impl(new qsp::Context(*params));
-    ctx = new qsp_context{impl.release()};
+    ctx = reinterpret_cast<qsp_context*>(new qsp::Context(*params));
   });
   if (st == QSP_OK) *out = ctx;
   return st;
@@ -173,15 +174,14 @@ qsp_status qsp_context_create(const qsp_context_params* params, qsp_context** ou
 void qsp_context_destroy(qsp_context* ctx) {
   if (!ctx) return;
   try {
-    delete ctx->impl;
+    delete impl(ctx);
   } catch (...) {
   }
-  delete ctx;
 }
 
 const char* qsp_context_last_error(const qsp_context* ctx) {
-  if (!ctx || !ctx->impl) return qsp_last_error();
-  return ctx->impl->last_error.c_str();
+  if (!ctx) return qsp_last_error();
+  return impl(ctx)->last_error.c_str();
 }
 
 void qsp_context_info_init(qsp_context_info* info) {
@@ -196,7 +196,7 @@ qsp_status qsp_context_get_info(const qsp_context* cctx, qsp_context_info* info)
   QSP_CHECK_PTR(ctx, info);
   QSP_CHECK_SIZE(ctx, info, qsp_context_info, sizeof(qsp_context_info));
   return guarded(ctx, [&] {
-    const qsp::Backend& b = ctx->impl->backend();
+    const qsp::Backend& b = impl(ctx)->backend();
     info->backend = b.kind();
     info->device_index = b.device();
     info->n_threads = b.n_threads();
@@ -222,20 +222,20 @@ qsp_status qsp_upload_layer(qsp_context* ctx, uint32_t layer, const qsp_layer_we
   QSP_CHECK_CTX(ctx);
   QSP_CHECK_PTR(ctx, w);
   QSP_CHECK_SIZE(ctx, w, qsp_layer_weights, sizeof(qsp_layer_weights));
-  return guarded(ctx, [&] { ctx->impl->upload_layer(layer, *w); });
+  return guarded(ctx, [&] { impl(ctx)->upload_layer(layer, *w); });
 }
 
 qsp_status qsp_upload_embedding(qsp_context* ctx, const qsp_tensor* t) {
   QSP_CHECK_CTX(ctx);
   QSP_CHECK_PTR(ctx, t);
-  return guarded(ctx, [&] { ctx->impl->upload_embedding(*t); });
+  return guarded(ctx, [&] { impl(ctx)->upload_embedding(*t); });
 }
 
 qsp_status qsp_upload_output(qsp_context* ctx, const qsp_output_weights* w) {
   QSP_CHECK_CTX(ctx);
   QSP_CHECK_PTR(ctx, w);
   QSP_CHECK_SIZE(ctx, w, qsp_output_weights, sizeof(qsp_output_weights));
-  return guarded(ctx, [&] { ctx->impl->upload_output(*w); });
+  return guarded(ctx, [&] { impl(ctx)->upload_output(*w); });
 }
 
 void qsp_cache_stats_init(qsp_cache_stats* s) {
@@ -263,21 +263,21 @@ qsp_status qsp_cache_stats_get(int32_t backend, int32_t device_index, qsp_cache_
 qsp_status qsp_prefill(qsp_context* ctx, const int32_t* tokens, uint32_t n_tokens) {
   QSP_CHECK_CTX(ctx);
   QSP_CHECK_PTR(ctx, tokens);
-  return guarded(ctx, [&] { ctx->impl->prefill(tokens, nullptr, n_tokens); });
+  return guarded(ctx, [&] { impl(ctx)->prefill(tokens, nullptr, n_tokens); });
 }
 
 qsp_status qsp_prefill_embeddings(qsp_context* ctx, const float* hidden, uint32_t n_tokens) {
   QSP_CHECK_CTX(ctx);
   QSP_CHECK_PTR(ctx, hidden);
-  return guarded(ctx, [&] { ctx->impl->prefill(nullptr, hidden, n_tokens); });
+  return guarded(ctx, [&] { impl(ctx)->prefill(nullptr, hidden, n_tokens); });
 }
 
 qsp_status qsp_get_logits(qsp_context* ctx, const float** logits, uint32_t* n_vocab) {
   QSP_CHECK_CTX(ctx);
   QSP_CHECK_PTR(ctx, logits);
   return guarded(ctx, [&] {
-    *logits = ctx->impl->logits();
-    if (n_vocab) *n_vocab = ctx->impl->config().vocab;
+    *logits = impl(ctx)->logits();
+    if (n_vocab) *n_vocab = impl(ctx)->config().vocab;
   });
 }
 
@@ -285,36 +285,36 @@ qsp_status qsp_copy_logits(qsp_context* ctx, float* out, uint64_t capacity) {
   QSP_CHECK_CTX(ctx);
   QSP_CHECK_PTR(ctx, out);
   return guarded(ctx, [&] {
-    const uint32_t v = ctx->impl->config().vocab;
+    const uint32_t v = impl(ctx)->config().vocab;
     QSP_FAIL_IF(capacity < v, QSP_ERR_OUT_OF_RANGE, "capacity %llu is less than vocab_size %u",
                 (unsigned long long)capacity, v);
-    std::memcpy(out, ctx->impl->logits(), sizeof(float) * v);
+    std::memcpy(out, impl(ctx)->logits(), sizeof(float) * v);
   });
 }
 
 qsp_status qsp_greedy_token(qsp_context* ctx, int32_t* token) {
   QSP_CHECK_CTX(ctx);
   QSP_CHECK_PTR(ctx, token);
-  return guarded(ctx, [&] { *token = ctx->impl->greedy_token(); });
+  return guarded(ctx, [&] { *token = impl(ctx)->greedy_token(); });
 }
 
 qsp_status qsp_kv_length(const qsp_context* cctx, uint32_t* length) {
   qsp_context* ctx = const_cast<qsp_context*>(cctx);
   QSP_CHECK_CTX(ctx);
   QSP_CHECK_PTR(ctx, length);
-  *length = ctx->impl->kv_length();
+  *length = impl(ctx)->kv_length();
   return QSP_OK;
 }
 
 qsp_status qsp_kv_clear(qsp_context* ctx) {
   QSP_CHECK_CTX(ctx);
-  ctx->impl->kv_clear();
+  impl(ctx)->kv_clear();
   return QSP_OK;
 }
 
 qsp_status qsp_kv_truncate(qsp_context* ctx, uint32_t length) {
   QSP_CHECK_CTX(ctx);
-  return guarded(ctx, [&] { ctx->impl->kv_truncate(length); });
+  return guarded(ctx, [&] { impl(ctx)->kv_truncate(length); });
 }
 
 }  // extern "C"
