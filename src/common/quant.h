@@ -82,14 +82,18 @@ inline bool dtype_known(int32_t t) {
 }
 inline bool dtype_quantized(int32_t t) { return t == QSP_DTYPE_Q4_0 || t == QSP_DTYPE_Q8_0; }
 
-// Bytes of one row of n_cols elements; 0 when impossible.
+// Bytes of one row of n_cols elements; 0 when impossible (unknown dtype,
+// n_cols not a multiple of the block, or a size past 2^64).
 inline uint64_t dtype_row_bytes(int32_t t, uint64_t n_cols) {
+  constexpr uint64_t kMax = UINT64_MAX;
   switch (t) {
-    case QSP_DTYPE_F32: return 4 * n_cols;
+    case QSP_DTYPE_F32: return n_cols > kMax / 4 ? 0 : 4 * n_cols;
     case QSP_DTYPE_F16:
-    case QSP_DTYPE_BF16: return 2 * n_cols;
-    case QSP_DTYPE_Q4_0: return n_cols % kQBlock ? 0 : n_cols / kQBlock * sizeof(BlockQ4_0);
-    case QSP_DTYPE_Q8_0: return n_cols % kQBlock ? 0 : n_cols / kQBlock * sizeof(BlockQ8_0);
+    case QSP_DTYPE_BF16: return n_cols > kMax / 2 ? 0 : 2 * n_cols;
+    case QSP_DTYPE_Q4_0:
+      return n_cols % kQBlock || n_cols / kQBlock > kMax / sizeof(BlockQ4_0) ? 0 : n_cols / kQBlock * sizeof(BlockQ4_0);
+    case QSP_DTYPE_Q8_0:
+      return n_cols % kQBlock || n_cols / kQBlock > kMax / sizeof(BlockQ8_0) ? 0 : n_cols / kQBlock * sizeof(BlockQ8_0);
     default: return 0;
   }
 }
