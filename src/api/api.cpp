@@ -225,10 +225,10 @@ qsp_status qsp_upload_layer(qsp_context* ctx, uint32_t layer, const qsp_layer_we
   return guarded(ctx, [&] { impl(ctx)->upload_layer(layer, *w); });
 }
 
-qsp_status qsp_upload_embedding(qsp_context* ctx, const qsp_tensor* t) {
+qsp_status qsp_upload_embedding(qsp_context* ctx, const qsp_tensor* token_embd) {
   QSP_CHECK_CTX(ctx);
-  QSP_CHECK_PTR(ctx, t);
-  return guarded(ctx, [&] { impl(ctx)->upload_embedding(*t); });
+  QSP_CHECK_PTR(ctx, token_embd);
+  return guarded(ctx, [&] { impl(ctx)->upload_embedding(*token_embd); });
 }
 
 qsp_status qsp_upload_output(qsp_context* ctx, const qsp_output_weights* w) {
@@ -244,19 +244,19 @@ void qsp_cache_stats_init(qsp_cache_stats* s) {
   s->struct_size = sizeof *s;
 }
 
-qsp_status qsp_cache_stats_get(int32_t backend, int32_t device_index, qsp_cache_stats* s) {
-  QSP_CHECK_PTR(nullptr, s);
-  QSP_CHECK_SIZE(nullptr, s, qsp_cache_stats, sizeof(qsp_cache_stats));
+qsp_status qsp_cache_stats_get(int32_t backend, int32_t device_index, qsp_cache_stats* stats) {
+  QSP_CHECK_PTR(nullptr, stats);
+  QSP_CHECK_SIZE(nullptr, stats, qsp_cache_stats, sizeof(qsp_cache_stats));
   if (backend != QSP_BACKEND_CPU && backend != QSP_BACKEND_CUDA)
     return fail(nullptr, QSP_ERR_INVALID_ARGUMENT, "backend must be QSP_BACKEND_CPU or QSP_BACKEND_CUDA");
   if (backend == QSP_BACKEND_CUDA && device_index < 0)
     return fail(nullptr, QSP_ERR_INVALID_ARGUMENT, "device_index must be >= 0");
   return guarded(nullptr, [&] {
     qsp::CacheStats c = qsp::WeightCache::get(backend, backend == QSP_BACKEND_CPU ? -1 : device_index).stats();
-    s->n_tensors = c.n_tensors;
-    s->n_bytes = c.n_bytes;
-    s->n_uploads = c.n_uploads;
-    s->n_hits = c.n_hits;
+    stats->n_tensors = c.n_tensors;
+    stats->n_bytes = c.n_bytes;
+    stats->n_uploads = c.n_uploads;
+    stats->n_hits = c.n_hits;
   });
 }
 

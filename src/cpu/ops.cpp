@@ -9,18 +9,6 @@
 namespace qsp {
 namespace cpu {
 
-void rmsnorm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps, ThreadPool& pool) {
-  pool.parallel_for(n, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      const float* xr = x + t * dim;
-      float ss = 0.0f;
-      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
-      const float scale = 1.0f / std::sqrt(ss / float(dim) + eps);
-      for (int64_t i = 0; i < dim; ++i) y[t * dim + i] = xr[i] * scale * w[i];
-    }
-  });
-}
-
 // Dot product with 8 independent partial sums: the compiler can keep them in
 // one SIMD register without reassociating (no -ffast-math needed), which is
 // ~6x faster than a single running sum. The sum order is fixed, so results
@@ -33,6 +21,18 @@ static inline float dot(const float* a, const float* b, int64_t K) {
   float tail = 0.0f;
   for (; c < K; ++c) tail += a[c] * b[c];
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
+
+void rmsnorm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps, ThreadPool& pool) {
+  pool.parallel_for(n, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const float* xr = x + t * dim;
+      float ss = 0.0f;
+      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+      const float scale = 1.0f / std::sqrt(ss / float(dim) + eps);
+      for (int64_t i = 0; i < dim; ++i) y[t * dim + i] = xr[i] * scale * w[i];
+    }
+  });
 }
 
 void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, ThreadPool& pool) {
@@ -104,9 +104,7 @@ void attention(const float* q, const float* k_cache, const float* v_cache, float
       const float* vb = v_cache + kvh * max_seq * head_dim;
       float mx = -INFINITY;
       for (int64_t j = 0; j < len; ++j) {
-        float s = 0.0f;
-        for (int64_t i = 0; i < head_dim; ++i) s += qv[i] * kb[j * head_dim + i];
-        p[j] = s * scale;
+        p[j] = dot(qv, kb + j * head_dim, head_dim) * scale;
         mx = std::fmax(mx, p[j]);
       }
       float sum = 0.0f;
