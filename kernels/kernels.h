@@ -111,8 +111,17 @@ struct AttnArgs {
   int32_t M = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, max_seq = 0;
   const int32_t* past = nullptr;   // device pointer
   float scale = 0.0f;              // 1/sqrt(head_dim)
+  // Split-KV scratch (16-byte aligned): at least attention_scratch_bytes()
+  // for this shape. nullptr / too small is allowed: the kernel then splits
+  // the key range less (or not at all), correct but slower for small M.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
 };
 bool attention_supported(int32_t head_dim);
+// Scratch attention() can use for any chunk of M <= max_M tokens with this
+// many query heads (any KV head count) on the current device; 0 when none.
+// At most 32768 * (head_dim + 1) * 4 bytes.
+size_t attention_scratch_bytes(int32_t max_M, int32_t n_heads, int32_t head_dim, int32_t max_seq);
 cudaError_t attention(const AttnArgs& a, cudaStream_t stream);
 
 // ---- Argmax (kernels/argmax.cu) ----------------------------------------------

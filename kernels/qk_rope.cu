@@ -1,0 +1,225 @@
+// QK-norm + RoPE + KV-cache write: turns the fp32 QKV GEMM output of a chunk
+// into fp16 queries and writes the chunk's keys and values into the cache.
+//
+// One warp per head vector (q heads, then k heads, then v heads), D / 32
+// consecutive elements per lane, so the QK-norm is one warp reduction and a
+// NEOX pair (i, i + D/2) sits in lanes l and l + 16 (one shuffle); an
+// interleaved pair (2i, 2i+1) sits inside a lane. A block covers one token
+// and kWarps head vectors; it first builds that token's cos/sin table
+// (D/2 entries) in shared memory, shared by all its heads.
+//
+// Angles: position p = *past + m is read on the device. inv_freq_i =
+// theta^(-2i/D) is computed on the host in double exactly as the CPU
+// reference does (it depends on theta and D only, never on the position)
+// and passed by value; the device forms p * inv_freq_i in double and
+// reduces it modulo 2*pi in double before an accurate sincosf, so angles
+// stay exact to fp32 rounding at any position (an fp32 product alone would
+// be ~2e-3 rad off at p = 32768).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/kernels.h"
+#include "qsp/qsp.h"
+
+namespace qsp {
+namespace kern {
+namespace {
+
+constexpr int kMaxHeadDim = 128;
+constexpr int kWarps = 8;  // head vectors per block
+
+struct RopeParams {
+  const float* qkv;
+  const float* q_norm;
+  const float* k_norm;
+  __half* q_out;
+  __half* k_cache;
+  __half* v_cache;
+  const int32_t* past;
+  int ld, M, n_heads, n_kv_heads, max_seq;
+  float eps;
+  double inv_freq[kMaxHeadDim / 2];
+};
+
+template <int E>
+struct VecF;  // E consecutive floats
+template <>
+struct VecF<2> {
+  using T = float2;
+};
+template <>
+struct VecF<4> {
+  using T = float4;
+};
+
+template <int D, int kStyle, bool kVecLoad>
+__global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p) {
+  constexpr int E = D / 32;  // elements per lane
+  constexpr int kHalf = D / 2;
+  __shared__ float s_cos[kHalf], s_sin[kHalf];
+
+  const int m = int(blockIdx.x);
+  const int pos = *p.past + m;
+  for (int i = int(threadIdx.x); i < kHalf; i += kWarps * 32) {
+    const double ang = double(pos) * p.inv_freq[i];
+    const double turns = rint(ang * 0.15915494309189535);  // 1 / (2 pi)
+    const float r = float(fma(-turns, 6.283185307179586, ang));
+    float sn, cs;
+    sincosf(r, &sn, &cs);
+    s_cos[i] = cs;
+    s_sin[i] = sn;
+  }
+  __syncthreads();
+
+  const int lane = int(threadIdx.x) & 31;
+  const int vec = int(blockIdx.y) * kWarps + int(threadIdx.x >> 5);
+  const int n_vec = p.n_heads + 2 * p.n_kv_heads;
+  if (vec >= n_vec) return;
+  // 0: query head, 1: key head, 2: value head
+  const int kind = vec < p.n_heads ? 0 : vec < p.n_heads + p.n_kv_heads ? 1 : 2;
+  const int h = kind == 0 ? vec : kind == 1 ? vec - p.n_heads : vec - p.n_heads - p.n_kv_heads;
+  // q at column 0, k at q_dim, v at q_dim + kv_dim: vec * D in every case.
+  const float* src = p.qkv + size_t(m) * p.ld + size_t(vec) * D + lane * E;
+
+  float x[E];
+  if constexpr (kVecLoad) {
+    const typename VecF<E>::T v = *reinterpret_cast<const typename VecF<E>::T*>(src);
+    const float* f = reinterpret_cast<const float*>(&v);
+#pragma unroll
+    for (int e = 0; e < E; ++e) x[e] = f[e];
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) x[e] = src[e];
+  }
+
+  if (kind < 2) {
+    const float* nw = kind == 0 ? p.q_norm : p.k_norm;
+    if (nw) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) ss = fmaf(x[e], x[e], ss);
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+      const float scale = 1.0f / sqrtf(ss / float(D) + p.eps);
+#pragma unroll
+      for (int e = 0; e < E; ++e) x[e] = x[e] * scale * nw[lane * E + e];
+    }
+    if constexpr (kStyle == QSP_ROPE_NEOX) {
+      // Lanes 0-15 hold the first half (a), lanes 16-31 the second (b).
+      const bool first = lane < 16;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const float other = __shfl_xor_sync(0xffffffffu, x[e], 16);
+        const int i = (lane & 15) * E + e;
+        const float c = s_cos[i], s = s_sin[i];
+        x[e] = first ? x[e] * c - other * s   // a' = a cos - b sin
+                     : other * s + x[e] * c;  // b' = a sin + b cos
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; e += 2) {
+        const int i = (lane * E + e) / 2;
+        const float c = s_cos[i], s = s_sin[i];
+        const float a = x[e], b = x[e + 1];
+        x[e] = a * c - b * s;
+        x[e + 1] = a * s + b * c;
+      }
+    }
+  }
+
+  __half* dst;
+  if (kind == 0) {
+    dst = p.q_out + (size_t(m) * p.n_heads + h) * D;
+  } else {
+    if (pos < 0 || pos >= p.max_seq) return;  // out of the cache: nothing to write
+    dst = (kind == 1 ? p.k_cache : p.v_cache) + (size_t(h) * p.max_seq + pos) * D;
+  }
+  dst += lane * E;
+  if constexpr (E == 4) {
+    __half2 lo = __floats2half2_rn(x[0], x[1]), hi = __floats2half2_rn(x[2], x[3]);
+    uint2 u;
+    u.x = *reinterpret_cast<uint32_t*>(&lo);
+    u.y = *reinterpret_cast<uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(dst) = u;
+  } else {
+    *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(x[0], x[1]);
+  }
+}
+
+// inv_freq_i = theta^(-2i/D) in double, as the CPU reference computes it.
+// Cached per host thread: it only changes with (theta, head_dim).
+const double* inv_freq_table(float theta, int head_dim) {
+  thread_local float c_theta = 0.0f;
+  thread_local int c_dim = 0;
+  thread_local double c_tab[kMaxHeadDim / 2];
+  if (c_theta != theta || c_dim != head_dim) {
+    for (int i = 0; i < head_dim / 2; ++i)
+      c_tab[i] = std::pow(double(theta), -2.0 * double(i) / double(head_dim));
+    c_theta = theta;
+    c_dim = head_dim;
+  }
+  return c_tab;
+}
+
+template <int D, int kStyle, bool kVecLoad>
+cudaError_t launch(const RopeParams& p, cudaStream_t stream) {
+  const int n_vec = p.n_heads + 2 * p.n_kv_heads;
+  const dim3 grid(unsigned(p.M), unsigned((n_vec + kWarps - 1) / kWarps));
+  qk_rope_kernel<D, kStyle, kVecLoad><<<grid, kWarps * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int D>
+cudaError_t dispatch(const RopeParams& p, int style, bool vec, cudaStream_t stream) {
+  if (style == QSP_ROPE_NEOX)
+    return vec ? launch<D, QSP_ROPE_NEOX, true>(p, stream) : launch<D, QSP_ROPE_NEOX, false>(p, stream);
+  return vec ? launch<D, QSP_ROPE_INTERLEAVED, true>(p, stream) : launch<D, QSP_ROPE_INTERLEAVED, false>(p, stream);
+}
+
+bool aligned(const void* ptr, size_t a) { return (reinterpret_cast<uintptr_t>(ptr) % a) == 0; }
+
+}  // namespace
+
+cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream) {
+  if (!a.qkv || !a.q_out || !a.k_cache || !a.v_cache || !a.past) return cudaErrorInvalidValue;
+  if (a.head_dim != 64 && a.head_dim != 128) return cudaErrorInvalidValue;
+  if (a.M < 1 || a.n_heads < 1 || a.n_kv_heads < 1 || a.max_seq < 1) return cudaErrorInvalidValue;
+  if (a.rope_style != QSP_ROPE_NEOX && a.rope_style != QSP_ROPE_INTERLEAVED) return cudaErrorInvalidValue;
+  if (!(a.theta > 0.0f) || !std::isfinite(a.theta) || !(a.eps >= 0.0f)) return cudaErrorInvalidValue;
+  const int64_t qkv_cols = int64_t(a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
+  if (a.ld < qkv_cols) return cudaErrorInvalidValue;
+  if (int64_t(a.n_heads + 2 * a.n_kv_heads + kWarps - 1) / kWarps > 65535) return cudaErrorInvalidValue;
+  // fp16 stores of D/32 elements per lane.
+  const size_t st_align = size_t(a.head_dim / 32) * sizeof(__half);
+  if (!aligned(a.q_out, st_align) || !aligned(a.k_cache, st_align) || !aligned(a.v_cache, st_align))
+    return cudaErrorInvalidValue;
+  if (!aligned(a.qkv, sizeof(float))) return cudaErrorInvalidValue;
+  const size_t ld_align = size_t(a.head_dim / 32) * sizeof(float);
+  const bool vec = aligned(a.qkv, ld_align) && (size_t(a.ld) * sizeof(float)) % ld_align == 0;
+
+  RopeParams p;
+  p.qkv = a.qkv;
+  p.q_norm = a.q_norm;
+  p.k_norm = a.k_norm;
+  p.q_out = a.q_out;
+  p.k_cache = a.k_cache;
+  p.v_cache = a.v_cache;
+  p.past = a.past;
+  p.ld = a.ld;
+  p.M = a.M;
+  p.n_heads = a.n_heads;
+  p.n_kv_heads = a.n_kv_heads;
+  p.max_seq = a.max_seq;
+  p.eps = a.eps;
+  const double* tab = inv_freq_table(a.theta, a.head_dim);
+  for (int i = 0; i < a.head_dim / 2; ++i) p.inv_freq[i] = tab[i];
+  for (int i = a.head_dim / 2; i < kMaxHeadDim / 2; ++i) p.inv_freq[i] = 0.0;
+  return a.head_dim == 128 ? dispatch<128>(p, a.rope_style, vec, stream)
+                           : dispatch<64>(p, a.rope_style, vec, stream);
+}
+
+}  // namespace kern
+}  // namespace qsp
