@@ -83,9 +83,9 @@ QSP_API uint32_t qsp_abi_version(void);
 typedef int32_t qsp_status;
 
 #define QSP_OK                        0
-#define QSP_ERR_INVALID_ARGUMENT    (-1)  /* NULL pointer, zero size, bad enum value */
+#define QSP_ERR_INVALID_ARGUMENT    (-1)  /* NULL pointer, zero count, bad enum or flag value */
 #define QSP_ERR_STRUCT_SIZE         (-2)  /* struct_size too small / unknown */
-#define QSP_ERR_SHAPE               (-3)  /* a shape inconsistent with the model */
+#define QSP_ERR_SHAPE               (-3)  /* a shape inconsistent with the model, or a zero model dimension */
 #define QSP_ERR_DTYPE               (-4)  /* dtype not allowed here, or byte size wrong for it */
 #define QSP_ERR_OUT_OF_RANGE        (-5)  /* layer index, token id, length out of range */
 #define QSP_ERR_NOT_READY           (-6)  /* weights missing, or no logits yet */
@@ -312,8 +312,9 @@ QSP_API qsp_status qsp_prefill(qsp_context* ctx, const int32_t* tokens, uint32_t
 QSP_API qsp_status qsp_prefill_embeddings(qsp_context* ctx, const float* hidden, uint32_t n_tokens);
 
 /* ---- Logits -------------------------------------------------------------- */
-/* Borrowed pointer to the last prefilled token's vocab_size logits. Valid until
- * the next prefill, KV clear/truncate or destroy of this context. Errors:
+/* Borrowed pointer to the last prefilled token's vocab_size logits; *n_vocab
+ * (when n_vocab is not NULL) receives vocab_size. Valid until the next
+ * prefill, KV clear/truncate or destroy of this context. Errors:
  * INVALID_ARGUMENT, NOT_READY (no prefill since the last clear). */
 QSP_API qsp_status qsp_get_logits(qsp_context* ctx, const float** logits, uint32_t* n_vocab);
 
