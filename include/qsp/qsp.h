@@ -173,6 +173,7 @@ typedef struct qsp_context_params {
   int32_t  device_index;       /* CUDA device ordinal */
   int32_t  n_threads;          /* CPU threads; 0 = one per core */
   uint32_t reserved0;          /* must be 0 */
+  uint32_t reserved2;          /* must be 0 (keeps log_callback 8-byte aligned, no padding) */
   qsp_log_callback log_callback; /* NULL: the process-wide sink */
   void*    log_user_data;
   int32_t  log_level;          /* most verbose level delivered, QSP_LOG_* */

@@ -1,0 +1,3 @@
+module qsp
+
+go 1.19

@@ -1,0 +1,574 @@
+// Package qsp drives libqsp, a prompt-prefill engine for quantized
+// decoder-only transformers, through its C API (include/qsp/qsp.h) with cgo.
+//
+// The library is found with pkg-config ("qsp"). A Context owns a qsp_context:
+// call Close when done; a finalizer frees forgotten contexts as a safety net.
+// A Context serializes its own calls with a mutex, so it may be shared between
+// goroutines (different contexts run concurrently). Every failing call returns
+// an *Error carrying the library's Status and message.
+//
+// The loaded library's ABI version is checked when the package initializes:
+// if it is not ABIVersion, CheckABI, NewContext and GetCacheStats return an
+// *Error (StatusUnsupported) that says so.
+package qsp
+
+/*
+#cgo pkg-config: qsp
+#include <stdlib.h>
+#include <string.h>
+#include <qsp/qsp.h>
+
+// Global calls keep their message in thread-local storage, and a goroutine may
+// change OS threads between two cgo calls: copy the message in the same call.
+static char* goqsp_dup_last_error(qsp_status st) {
+	return st == QSP_OK ? NULL : strdup(qsp_last_error());
+}
+
+static qsp_status goqsp_context_create(const qsp_context_params* p, qsp_context** out, char** msg) {
+	qsp_status st = qsp_context_create(p, out);
+	*msg = goqsp_dup_last_error(st);
+	return st;
+}
+
+static qsp_status goqsp_cache_stats_get(int32_t backend, int32_t device, qsp_cache_stats* s, char** msg) {
+	qsp_status st = qsp_cache_stats_get(backend, device, s);
+	*msg = goqsp_dup_last_error(st);
+	return st;
+}
+
+// The tensors' data pointers point into Go memory: they travel as separate
+// arguments (Go memory without Go pointers, which cgo allows) and are put
+// into a struct on the C stack that lives for this call only. The library
+// copies what it keeps.
+static qsp_status goqsp_upload_layer(qsp_context* ctx, uint32_t layer, const qsp_layer_weights* w,
+		const void* d0, const void* d1, const void* d2, const void* d3, const void* d4, const void* d5,
+		const void* d6, const void* d7, const void* d8, const void* d9, const void* d10) {
+	qsp_layer_weights lw = *w;
+	lw.attn_norm.data = d0; lw.wq.data = d1; lw.wk.data = d2; lw.wv.data = d3;
+	lw.q_norm.data = d4; lw.k_norm.data = d5; lw.wo.data = d6; lw.ffn_norm.data = d7;
+	lw.w_gate.data = d8; lw.w_up.data = d9; lw.w_down.data = d10;
+	return qsp_upload_layer(ctx, layer, &lw);
+}
+
+static qsp_status goqsp_upload_embedding(qsp_context* ctx, const qsp_tensor* t, const void* d) {
+	qsp_tensor e = *t;
+	e.data = d;
+	return qsp_upload_embedding(ctx, &e);
+}
+
+static qsp_status goqsp_upload_output(qsp_context* ctx, const qsp_output_weights* w, const void* dn, const void* dh) {
+	qsp_output_weights o = *w;
+	o.norm.data = dn;
+	o.lm_head.data = dh;
+	return qsp_upload_output(ctx, &o);
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// ABIVersion is the ABI major version this package was written for (QSP_ABI_VERSION).
+const ABIVersion = 1
+
+// Status is a qsp_status value.
+type Status int32
+
+// The library's status codes (QSP_OK, QSP_ERR_*).
+const (
+	StatusOK                Status = 0
+	StatusInvalidArgument   Status = -1
+	StatusStructSize        Status = -2
+	StatusShape             Status = -3
+	StatusDType             Status = -4
+	StatusOutOfRange        Status = -5
+	StatusNotReady          Status = -6
+	StatusContextFull       Status = -7
+	StatusHandleConflict    Status = -8
+	StatusNoDevice          Status = -9
+	StatusOutOfMemory       Status = -10
+	StatusDeviceOutOfMemory Status = -11
+	StatusDevice            Status = -12
+	StatusUnsupported       Status = -13
+	StatusInternal          Status = -14
+	StatusIO                Status = -15
+	StatusBadFormat         Status = -16
+)
+
+// String is the library's description ("out of range"), from this package's
+// copy: formatting an error never calls into the library (which may be of
+// another ABI). The tests check the copy against StatusString.
+func (s Status) String() string {
+	switch s {
+	case StatusOK:
+		return "ok"
+	case StatusInvalidArgument:
+		return "invalid argument"
+	case StatusStructSize:
+		return "wrong struct_size"
+	case StatusShape:
+		return "shape mismatch"
+	case StatusDType:
+		return "wrong dtype or byte size"
+	case StatusOutOfRange:
+		return "out of range"
+	case StatusNotReady:
+		return "not ready"
+	case StatusContextFull:
+		return "context full"
+	case StatusHandleConflict:
+		return "handle conflict"
+	case StatusNoDevice:
+		return "no CUDA device"
+	case StatusOutOfMemory:
+		return "out of host memory"
+	case StatusDeviceOutOfMemory:
+		return "out of device memory"
+	case StatusDevice:
+		return "device error"
+	case StatusUnsupported:
+		return "unsupported"
+	case StatusInternal:
+		return "internal error"
+	case StatusIO:
+		return "I/O error"
+	case StatusBadFormat:
+		return "bad file format"
+	}
+	return "unknown status"
+}
+
+// StatusString is the loaded library's description of a status code
+// (qsp_status_string).
+func StatusString(code int32) string { return C.GoString(C.qsp_status_string(C.qsp_status(code))) }
+
+// Error is a failed qsp call.
+type Error struct {
+	Status  Status
+	Message string // the library's message
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("qsp: %s (%d): %s", e.Status, int32(e.Status), e.Message)
+}
+
+// StatusOf returns the Status of a qsp *Error (StatusOK for nil, StatusInternal
+// for an error that is not a qsp error).
+func StatusOf(err error) Status {
+	if err == nil {
+		return StatusOK
+	}
+	if e, ok := err.(*Error); ok {
+		return e.Status
+	}
+	return StatusInternal
+}
+
+// DType is a tensor element type (GGML type ids).
+type DType int32
+
+// Element types.
+const (
+	F32  DType = C.QSP_DTYPE_F32
+	F16  DType = C.QSP_DTYPE_F16
+	Q4_0 DType = C.QSP_DTYPE_Q4_0
+	Q8_0 DType = C.QSP_DTYPE_Q8_0
+	BF16 DType = C.QSP_DTYPE_BF16
+)
+
+// Size is the byte size of an nRows x nCols tensor (0 if impossible).
+func (d DType) Size(nRows, nCols uint64) uint64 {
+	return uint64(C.qsp_dtype_size(C.int32_t(d), C.uint64_t(nRows), C.uint64_t(nCols)))
+}
+
+func (d DType) String() string { return C.GoString(C.qsp_dtype_name(C.int32_t(d))) }
+
+// Backend selects where a context runs.
+type Backend int32
+
+// Backends.
+const (
+	BackendAuto Backend = C.QSP_BACKEND_AUTO
+	BackendCPU  Backend = C.QSP_BACKEND_CPU
+	BackendCUDA Backend = C.QSP_BACKEND_CUDA
+)
+
+// Available reports whether the backend is usable in this process.
+func (b Backend) Available() bool { return C.qsp_backend_available(C.int32_t(b)) != 0 }
+
+// RoPE styles.
+const (
+	RopeNeox        = C.QSP_ROPE_NEOX
+	RopeInterleaved = C.QSP_ROPE_INTERLEAVED
+)
+
+var abiErr = checkABI()
+
+func checkABI() error {
+	abi := uint32(C.qsp_abi_version())
+	if abi != ABIVersion {
+		return &Error{StatusUnsupported, fmt.Sprintf(
+			"ABI mismatch: the loaded libqsp has ABI version %d, but this Go package was written for ABI version %d; "+
+				"use libqsp.so.%d or a qsp Go package for ABI %d", abi, ABIVersion, ABIVersion, abi)}
+	}
+	return nil
+}
+
+// CheckABI returns nil when the loaded library speaks ABIVersion.
+func CheckABI() error { return abiErr }
+
+// Version is the loaded library's version, e.g. "1.0.0".
+func Version() string { return C.GoString(C.qsp_version_string()) }
+
+// LibraryABIVersion is the loaded library's ABI major version.
+func LibraryABIVersion() uint32 { return uint32(C.qsp_abi_version()) }
+
+func takeMessage(st C.qsp_status, msg *C.char) error {
+	if st == C.QSP_OK {
+		return nil
+	}
+	m := ""
+	if msg != nil {
+		m = C.GoString(msg)
+		C.free(unsafe.Pointer(msg))
+	}
+	return &Error{Status(st), m}
+}
+
+// Params are what a Context is created with (qsp_context_params).
+type Params struct {
+	NLayers, HiddenSize, IntermediateSize uint32
+	NHeads, NKVHeads, HeadDim             uint32
+	VocabSize, MaxSeqLen                  uint32
+	RMSEps, RopeTheta                     float32
+	RopeStyle                             int32 // RopeNeox or RopeInterleaved
+	QKNorm                                bool
+	Backend                               Backend
+	DeviceIndex                           int32
+	NThreads                              int32 // CPU threads; 0 = one per core
+	LogLevel                              int32 // most verbose level logged, QSP_LOG_*
+}
+
+// DefaultParams has the library's defaults (qsp_context_params_init) and a
+// zero model shape to fill in.
+func DefaultParams() Params {
+	var p C.qsp_context_params
+	C.qsp_context_params_init(&p)
+	return Params{
+		RMSEps: float32(p.rms_eps), RopeTheta: float32(p.rope_theta), RopeStyle: int32(p.rope_style),
+		QKNorm: p.qk_norm != 0, Backend: Backend(p.backend), DeviceIndex: int32(p.device_index),
+		NThreads: int32(p.n_threads), LogLevel: int32(p.log_level),
+	}
+}
+
+// Tensor is one weight tensor; Data (exactly Dtype.Size(NRows, NCols) bytes)
+// is read during the upload call only.
+type Tensor struct {
+	Handle       uint64 // the caller's name for these exact bytes (non-zero)
+	Dtype        DType
+	NRows, NCols uint64
+	Data         []byte
+}
+
+// F32Bytes views float32 values as the bytes of an F32 tensor (no copy).
+func F32Bytes(v []float32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+func (t *Tensor) raw() (C.qsp_tensor, unsafe.Pointer) {
+	var r C.qsp_tensor
+	if t == nil {
+		return r, nil
+	}
+	r.handle = C.uint64_t(t.Handle)
+	r.dtype = C.int32_t(t.Dtype)
+	r.n_rows = C.uint64_t(t.NRows)
+	r.n_cols = C.uint64_t(t.NCols)
+	r.n_bytes = C.uint64_t(len(t.Data))
+	if len(t.Data) == 0 {
+		return r, nil
+	}
+	return r, unsafe.Pointer(&t.Data[0])
+}
+
+// LayerWeights are one layer's tensors; QNorm and KNorm are nil for models
+// without QK-norm.
+type LayerWeights struct {
+	AttnNorm, WQ, WK, WV, QNorm, KNorm, WO, FFNNorm, WGate, WUp, WDown *Tensor
+}
+
+// CacheStats are the weight cache's statistics for one device.
+type CacheStats struct {
+	NTensors, NBytes, NUploads, NHits uint64
+}
+
+// GetCacheStats returns the process-wide weight-cache statistics of a device.
+func GetCacheStats(b Backend, deviceIndex int32) (CacheStats, error) {
+	if abiErr != nil {
+		return CacheStats{}, abiErr
+	}
+	var s C.qsp_cache_stats
+	C.qsp_cache_stats_init(&s)
+	var msg *C.char
+	if err := takeMessage(C.goqsp_cache_stats_get(C.int32_t(b), C.int32_t(deviceIndex), &s, &msg), msg); err != nil {
+		return CacheStats{}, err
+	}
+	return CacheStats{uint64(s.n_tensors), uint64(s.n_bytes), uint64(s.n_uploads), uint64(s.n_hits)}, nil
+}
+
+// Info describes a context.
+type Info struct {
+	Backend                    Backend
+	DeviceIndex, NThreads      int32
+	DeviceName                 string
+	KVCacheBytes, ScratchBytes uint64
+}
+
+// Context is a qsp context: a model shape, its weights and a KV cache.
+type Context struct {
+	mu         sync.Mutex
+	ptr        *C.qsp_context
+	hiddenSize uint32
+}
+
+var errClosed = &Error{StatusInvalidArgument, "the Context is closed"}
+
+// NewContext creates a context (qsp_context_create).
+func NewContext(p Params) (*Context, error) {
+	if abiErr != nil {
+		return nil, abiErr
+	}
+	var cp C.qsp_context_params
+	C.qsp_context_params_init(&cp)
+	cp.n_layers = C.uint32_t(p.NLayers)
+	cp.hidden_size = C.uint32_t(p.HiddenSize)
+	cp.intermediate_size = C.uint32_t(p.IntermediateSize)
+	cp.n_heads = C.uint32_t(p.NHeads)
+	cp.n_kv_heads = C.uint32_t(p.NKVHeads)
+	cp.head_dim = C.uint32_t(p.HeadDim)
+	cp.vocab_size = C.uint32_t(p.VocabSize)
+	cp.max_seq_len = C.uint32_t(p.MaxSeqLen)
+	cp.rms_eps = C.float(p.RMSEps)
+	cp.rope_theta = C.float(p.RopeTheta)
+	cp.rope_style = C.int32_t(p.RopeStyle)
+	cp.qk_norm = 0
+	if p.QKNorm {
+		cp.qk_norm = 1
+	}
+	cp.backend = C.int32_t(p.Backend)
+	cp.device_index = C.int32_t(p.DeviceIndex)
+	cp.n_threads = C.int32_t(p.NThreads)
+	cp.log_level = C.int32_t(p.LogLevel)
+	var ptr *C.qsp_context
+	var msg *C.char
+	if err := takeMessage(C.goqsp_context_create(&cp, &ptr, &msg), msg); err != nil {
+		return nil, err
+	}
+	c := &Context{ptr: ptr, hiddenSize: p.HiddenSize}
+	runtime.SetFinalizer(c, (*Context).finalize)
+	return c, nil
+}
+
+func (c *Context) finalize() {
+	if c.ptr != nil {
+		C.qsp_context_destroy(c.ptr)
+		c.ptr = nil
+	}
+}
+
+// Close frees the context; later calls return an error. Idempotent.
+func (c *Context) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ptr != nil {
+		C.qsp_context_destroy(c.ptr)
+		c.ptr = nil
+		runtime.SetFinalizer(c, nil)
+	}
+	return nil
+}
+
+// call runs f on the live context under the lock and maps its status; the
+// message is the context's own (qsp_context_last_error), so it does not
+// depend on the OS thread.
+func (c *Context) call(f func(p *C.qsp_context) C.qsp_status) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ptr == nil {
+		return errClosed
+	}
+	st := f(c.ptr)
+	var err error
+	if st != C.QSP_OK {
+		err = &Error{Status(st), C.GoString(C.qsp_context_last_error(c.ptr))}
+	}
+	runtime.KeepAlive(c) // no finalizer while the C call runs
+	return err
+}
+
+// LastError is the message of the last failure on this context ("" if none).
+func (c *Context) LastError() string {
+	var s string
+	_ = c.call(func(p *C.qsp_context) C.qsp_status {
+		s = C.GoString(C.qsp_context_last_error(p))
+		return C.QSP_OK
+	})
+	return s
+}
+
+// UploadLayer registers layer's weights (qsp_upload_layer).
+func (c *Context) UploadLayer(layer uint32, w *LayerWeights) error {
+	var lw C.qsp_layer_weights
+	C.qsp_layer_weights_init(&lw)
+	var d [11]unsafe.Pointer
+	lw.attn_norm, d[0] = w.AttnNorm.raw()
+	lw.wq, d[1] = w.WQ.raw()
+	lw.wk, d[2] = w.WK.raw()
+	lw.wv, d[3] = w.WV.raw()
+	lw.q_norm, d[4] = w.QNorm.raw()
+	lw.k_norm, d[5] = w.KNorm.raw()
+	lw.wo, d[6] = w.WO.raw()
+	lw.ffn_norm, d[7] = w.FFNNorm.raw()
+	lw.w_gate, d[8] = w.WGate.raw()
+	lw.w_up, d[9] = w.WUp.raw()
+	lw.w_down, d[10] = w.WDown.raw()
+	err := c.call(func(p *C.qsp_context) C.qsp_status {
+		return C.goqsp_upload_layer(p, C.uint32_t(layer), &lw,
+			d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10])
+	})
+	runtime.KeepAlive(w)
+	return err
+}
+
+// UploadEmbedding registers the token-embedding table (qsp_upload_embedding).
+func (c *Context) UploadEmbedding(t *Tensor) error {
+	rt, d := t.raw()
+	err := c.call(func(p *C.qsp_context) C.qsp_status { return C.goqsp_upload_embedding(p, &rt, d) })
+	runtime.KeepAlive(t)
+	return err
+}
+
+// UploadOutput registers the final norm and the LM head (for tied embeddings,
+// pass the embedding tensor as lmHead).
+func (c *Context) UploadOutput(norm, lmHead *Tensor) error {
+	var ow C.qsp_output_weights
+	C.qsp_output_weights_init(&ow)
+	var dn, dh unsafe.Pointer
+	ow.norm, dn = norm.raw()
+	ow.lm_head, dh = lmHead.raw()
+	err := c.call(func(p *C.qsp_context) C.qsp_status { return C.goqsp_upload_output(p, &ow, dn, dh) })
+	runtime.KeepAlive(norm)
+	runtime.KeepAlive(lmHead)
+	return err
+}
+
+// Prefill appends tokens to the KV cache and computes the last token's logits.
+func (c *Context) Prefill(tokens []int32) error {
+	var ptr *C.int32_t
+	if len(tokens) > 0 {
+		ptr = (*C.int32_t)(unsafe.Pointer(&tokens[0]))
+	} else {
+		var dummy C.int32_t // non-NULL: the library reports n_tokens 0
+		ptr = &dummy
+	}
+	if uint64(len(tokens)) > 0xFFFFFFFF {
+		return &Error{StatusOutOfRange, fmt.Sprintf("%d tokens do not fit a uint32", len(tokens))}
+	}
+	err := c.call(func(p *C.qsp_context) C.qsp_status {
+		return C.qsp_prefill(p, ptr, C.uint32_t(len(tokens)))
+	})
+	runtime.KeepAlive(tokens)
+	return err
+}
+
+// PrefillEmbeddings is Prefill from hidden states: len(hidden) must be a
+// multiple of the hidden size (one row per token).
+func (c *Context) PrefillEmbeddings(hidden []float32) error {
+	h := int(c.hiddenSize)
+	if h == 0 || len(hidden) == 0 || len(hidden)%h != 0 {
+		return &Error{StatusInvalidArgument, fmt.Sprintf("%d values are not a whole number of %d-wide rows", len(hidden), h)}
+	}
+	err := c.call(func(p *C.qsp_context) C.qsp_status {
+		return C.qsp_prefill_embeddings(p, (*C.float)(unsafe.Pointer(&hidden[0])), C.uint32_t(len(hidden)/h))
+	})
+	runtime.KeepAlive(hidden)
+	return err
+}
+
+// Logits returns a copy of the last token's logits.
+func (c *Context) Logits() ([]float32, error) {
+	var out []float32
+	err := c.call(func(p *C.qsp_context) C.qsp_status {
+		var lp *C.float
+		var n C.uint32_t
+		if st := C.qsp_get_logits(p, &lp, &n); st != C.QSP_OK {
+			return st
+		}
+		out = make([]float32, int(n))
+		copy(out, unsafe.Slice((*float32)(unsafe.Pointer(lp)), int(n)))
+		return C.QSP_OK
+	})
+	return out, err
+}
+
+// LogitsView returns the last token's logits WITHOUT a copy: a slice over the
+// library's buffer, valid only until the next Prefill, PrefillEmbeddings,
+// KVClear, KVTruncate or Close of this context (keep the Context reachable,
+// e.g. with runtime.KeepAlive, while using it). Do not write to it.
+func (c *Context) LogitsView() ([]float32, error) {
+	var out []float32
+	err := c.call(func(p *C.qsp_context) C.qsp_status {
+		var lp *C.float
+		var n C.uint32_t
+		st := C.qsp_get_logits(p, &lp, &n)
+		if st == C.QSP_OK {
+			out = unsafe.Slice((*float32)(unsafe.Pointer(lp)), int(n))
+		}
+		return st
+	})
+	return out, err
+}
+
+// GreedyToken is the argmax of the last logits (lowest id on ties).
+func (c *Context) GreedyToken() (int32, error) {
+	var t C.int32_t
+	err := c.call(func(p *C.qsp_context) C.qsp_status { return C.qsp_greedy_token(p, &t) })
+	return int32(t), err
+}
+
+// KVLength is the number of tokens in the KV cache.
+func (c *Context) KVLength() (uint32, error) {
+	var n C.uint32_t
+	err := c.call(func(p *C.qsp_context) C.qsp_status { return C.qsp_kv_length(p, &n) })
+	return uint32(n), err
+}
+
+// KVClear empties the KV cache and forgets the logits.
+func (c *Context) KVClear() error {
+	return c.call(func(p *C.qsp_context) C.qsp_status { return C.qsp_kv_clear(p) })
+}
+
+// KVTruncate keeps the first length tokens and forgets the logits.
+func (c *Context) KVTruncate(length uint32) error {
+	return c.call(func(p *C.qsp_context) C.qsp_status { return C.qsp_kv_truncate(p, C.uint32_t(length)) })
+}
+
+// Info describes the context (qsp_context_get_info).
+func (c *Context) Info() (Info, error) {
+	var i C.qsp_context_info
+	C.qsp_context_info_init(&i)
+	err := c.call(func(p *C.qsp_context) C.qsp_status { return C.qsp_context_get_info(p, &i) })
+	if err != nil {
+		return Info{}, err
+	}
+	name := C.GoStringN(&i.device_name[0], C.int(C.strnlen(&i.device_name[0], C.size_t(len(i.device_name)))))
+	return Info{Backend(i.backend), int32(i.device_index), int32(i.n_threads), name,
+		uint64(i.kv_cache_bytes), uint64(i.scratch_bytes)}, nil
+}
