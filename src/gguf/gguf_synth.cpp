@@ -1,0 +1,210 @@
+#include "gguf/gguf_synth.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "common/quant.h"
+#include "gguf/gguf_format.h"
+
+namespace qsp {
+namespace gguf {
+
+const std::vector<SynthPreset>& synth_presets() {
+  static const std::vector<SynthPreset> presets = {
+      {"tiny", "qwen3", 2, 256, 768, 4, 2, 64, 2048, 4096, 1e6f, 1e-6f, false,
+       "qwen3, 2 layers, hidden 256, vocab 2048 (the built-in model; runs instantly anywhere)"},
+      {"tiny-llama", "llama", 2, 256, 768, 4, 2, 64, 2048, 4096, 5e5f, 1e-5f, false,
+       "llama, 2 layers, hidden 256, vocab 2048"},
+      {"micro", "qwen3", 1, 32, 32, 2, 1, 16, 64, 256, 1e6f, 1e-6f, true,
+       "qwen3, 1 layer, hidden 32, vocab 64, tied embeddings (a few KB: tests, fuzz corpus)"},
+      {"micro-llama", "llama", 1, 32, 32, 2, 1, 16, 64, 256, 1e4f, 1e-5f, true,
+       "llama, 1 layer, hidden 32, vocab 64, tied embeddings"},
+      {"qwen3-0.6b", "qwen3", 28, 1024, 3072, 16, 8, 128, 151936, 40960, 1e6f, 1e-6f, true,
+       "Qwen3-0.6B shapes: 28 layers, hidden 1024, 16/8 heads, tied embeddings"},
+      {"qwen3-8b", "qwen3", 36, 4096, 12288, 32, 8, 128, 151936, 40960, 1e6f, 1e-6f, false,
+       "Qwen3-8B shapes: 36 layers, hidden 4096, 32/8 heads"},
+      {"llama3-8b", "llama", 32, 4096, 14336, 32, 8, 128, 128256, 8192, 5e5f, 1e-5f, false,
+       "Llama-3-8B shapes: 32 layers, hidden 4096, 32/8 heads, vocab 128256"},
+  };
+  return presets;
+}
+
+const SynthPreset* find_synth_preset(const std::string& name) {
+  for (const auto& p : synth_presets())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+std::vector<SynthTensor> synth_tensors(const SynthPreset& p, int32_t wtype, uint64_t seed) {
+  std::vector<SynthTensor> ts;
+  const uint64_t H = p.hidden, F = p.ffn, D = p.head_dim, Q = uint64_t(p.n_heads) * D,
+                 KV = uint64_t(p.n_kv_heads) * D;
+  auto add = [&](const std::string& name, bool vector, int32_t type, uint64_t rows, uint64_t cols, float mean,
+                 float sd) {
+    SynthTensor t;
+    t.name = name;
+    t.vector = vector;
+    t.type = type;
+    t.rows = rows;
+    t.cols = cols;
+    t.mean = mean;
+    t.stddev = sd;
+    t.seed = mix64(seed * 0x9E3779B97F4A7C15ull ^ fnv1a64(name.data(), name.size()));
+    ts.push_back(t);
+  };
+  auto proj = [&](const std::string& name, uint64_t rows, uint64_t cols) {
+    add(name, false, wtype, rows, cols, 0.0f, 0.6f / std::sqrt(float(cols)));
+  };
+  auto norm = [&](const std::string& name, uint64_t n) { add(name, true, QSP_DTYPE_F32, 1, n, 1.0f, 0.2f); };
+  const bool qk_norm = p.arch == "qwen3";
+  add("token_embd.weight", false, wtype, p.vocab, H, 0.0f, 0.05f);
+  for (uint32_t l = 0; l < p.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    norm(b + "attn_norm.weight", H);
+    proj(b + "attn_q.weight", Q, H);
+    proj(b + "attn_k.weight", KV, H);
+    proj(b + "attn_v.weight", KV, H);
+    if (qk_norm) {
+      norm(b + "attn_q_norm.weight", D);
+      norm(b + "attn_k_norm.weight", D);
+    }
+    proj(b + "attn_output.weight", H, Q);
+    norm(b + "ffn_norm.weight", H);
+    proj(b + "ffn_gate.weight", F, H);
+    proj(b + "ffn_up.weight", F, H);
+    proj(b + "ffn_down.weight", H, F);
+  }
+  norm("output_norm.weight", H);
+  if (!p.tied) add("output.weight", false, wtype, p.vocab, H, 0.0f, 2.0f / std::sqrt(float(H)));
+  return ts;
+}
+
+namespace {
+
+// xoshiro256** seeded through splitmix64: fast, and the same everywhere.
+struct Rng {
+  uint64_t s[4];
+  explicit Rng(uint64_t seed) {
+    for (auto& x : s) {
+      seed += 0x9E3779B97F4A7C15ull;
+      x = mix64(seed);
+    }
+  }
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t next() {
+    const uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+  }
+  // Uniform in (0, 1].
+  float uniform() { return float((next() >> 40) + 1) * (1.0f / 16777216.0f); }
+};
+
+void normal_row(uint64_t seed, float mean, float sd, float* out, uint64_t n) {
+  Rng rng(seed);
+  for (uint64_t i = 0; i < n; i += 2) {  // Box-Muller, two values per pair
+    const float r = std::sqrt(-2.0f * std::log(rng.uniform()));
+    const float a = 6.2831853f * rng.uniform();
+    out[i] = mean + sd * r * std::cos(a);
+    if (i + 1 < n) out[i + 1] = mean + sd * r * std::sin(a);
+  }
+}
+
+}  // namespace
+
+void synth_rows(const SynthTensor& t, uint64_t r0, uint64_t r1, uint8_t* dst) {
+  const uint64_t rb = row_bytes(t.type, t.cols);
+  std::vector<float> x(t.cols);
+  for (uint64_t r = r0; r < r1; ++r, dst += rb) {
+    normal_row(mix64(t.seed ^ mix64(r + 1)), t.mean, t.stddev, x.data(), t.cols);
+    switch (t.type) {
+      case QSP_DTYPE_Q4_0: quantize_row_q4_0(x.data(), reinterpret_cast<BlockQ4_0*>(dst), t.cols); break;
+      case QSP_DTYPE_Q8_0: quantize_row_q8_0(x.data(), reinterpret_cast<BlockQ8_0*>(dst), t.cols); break;
+      case QSP_DTYPE_F16:
+        for (uint64_t c = 0; c < t.cols; ++c) {
+          const uint16_t h = fp32_to_fp16(x[c]);
+          std::memcpy(dst + 2 * c, &h, 2);
+        }
+        break;
+      case QSP_DTYPE_BF16:
+        for (uint64_t c = 0; c < t.cols; ++c) {
+          const uint16_t h = fp32_to_bf16(x[c]);
+          std::memcpy(dst + 2 * c, &h, 2);
+        }
+        break;
+      default: std::memcpy(dst, x.data(), t.cols * sizeof(float)); break;
+    }
+  }
+}
+
+std::vector<uint8_t> synth_tensor_bytes(const SynthTensor& t) {
+  std::vector<uint8_t> b(size_t(row_bytes(t.type, t.cols) * t.rows));
+  synth_rows(t, 0, t.rows, b.data());
+  return b;
+}
+
+Writer synth_writer(const SynthPreset& p, int32_t wtype, uint64_t seed, std::vector<SynthTensor>* tensors) {
+  Writer w(kDefaultAlignment, 3);
+  const std::string& a = p.arch;
+  uint32_t file_type = 0;  // llama.cpp's LLAMA_FTYPE_*
+  switch (wtype) {
+    case QSP_DTYPE_F32: file_type = 0; break;
+    case QSP_DTYPE_F16: file_type = 1; break;
+    case QSP_DTYPE_Q4_0: file_type = 2; break;
+    case QSP_DTYPE_Q8_0: file_type = 7; break;
+    case QSP_DTYPE_BF16: file_type = 32; break;
+    default: break;
+  }
+  w.add_string("general.architecture", a);
+  w.add_string("general.name", "qsp synth " + p.name + " (" + qsp_dtype_name(wtype) + ", seed " +
+                                   std::to_string(seed) + ")");
+  w.add_u32("general.alignment", kDefaultAlignment);
+  w.add_u32("general.file_type", file_type);
+  w.add_u32("general.quantization_version", 2);
+  w.add_u32(a + ".block_count", p.n_layers);
+  w.add_u32(a + ".context_length", p.context_length);
+  w.add_u32(a + ".embedding_length", p.hidden);
+  w.add_u32(a + ".feed_forward_length", p.ffn);
+  w.add_u32(a + ".attention.head_count", p.n_heads);
+  w.add_u32(a + ".attention.head_count_kv", p.n_kv_heads);
+  w.add_u32(a + ".attention.key_length", p.head_dim);
+  w.add_u32(a + ".attention.value_length", p.head_dim);
+  w.add_u32(a + ".rope.dimension_count", p.head_dim);
+  w.add_f32(a + ".rope.freq_base", p.rope_theta);
+  w.add_f32(a + ".attention.layer_norm_rms_epsilon", p.rms_eps);
+  w.add_u32(a + ".vocab_size", p.vocab);
+  w.add_string("tokenizer.ggml.model", "none");
+  std::vector<SynthTensor> ts = synth_tensors(p, wtype, seed);
+  for (const SynthTensor& t : ts) {
+    if (t.vector)
+      w.add_tensor(t.name, t.type, {t.cols});
+    else
+      w.add_tensor(t.name, t.type, {t.cols, t.rows});
+  }
+  if (tensors) *tensors = std::move(ts);
+  return w;
+}
+
+std::vector<uint8_t> synth_memory(const SynthPreset& p, int32_t wtype, uint64_t seed, int n_threads) {
+  std::vector<SynthTensor> ts;
+  Writer w = synth_writer(p, wtype, seed, &ts);
+  return w.write_memory([&](size_t i, uint64_t r0, uint64_t r1, uint8_t* dst) { synth_rows(ts[i], r0, r1, dst); },
+                        n_threads);
+}
+
+void synth_file(const std::string& path, const SynthPreset& p, int32_t wtype, uint64_t seed, int n_threads,
+                const Writer::Progress& progress) {
+  std::vector<SynthTensor> ts;
+  Writer w = synth_writer(p, wtype, seed, &ts);
+  w.write_file(
+      path, [&](size_t i, uint64_t r0, uint64_t r1, uint8_t* dst) { synth_rows(ts[i], r0, r1, dst); }, n_threads,
+      progress);
+}
+
+}  // namespace gguf
+}  // namespace qsp

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Tests of the `qsp` command-line tool (registered with ctest by tools/CMakeLists.txt).
+# usage: cli_test.sh MODE QSP_BINARY API_LOGITS_BINARY
+#   exit_codes         0 on success, 1 on runtime errors, 2 on usage errors; one-line errors
+#   commands           every subcommand on a synthesized file and on the built-in model
+#   logits_match       `qsp prefill --logits-out` == driving the C API directly, bit for bit
+#   synth_determinism  same preset/type/seed -> same bytes, whatever the thread count
+#   gguf_spec          an independent Python GGUF reader accepts what `qsp synth` writes
+set -uo pipefail
+mode=$1 qsp=$2 api=$3
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect RC CMD...: runs CMD, checks its exit code; keeps stdout/stderr in $work/out, $work/err.
+expect() {
+  local want=$1; shift
+  "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  if [ "$rc" != "$want" ]; then
+    fail "'$*' exited $rc, expected $want"
+    sed 's/^/  stdout: /' "$work/out" | head -5
+    sed 's/^/  stderr: /' "$work/err" | head -5
+    return 1
+  fi
+  if [ "$want" != 0 ]; then
+    # Errors: exactly one line on stderr, "qsp: error: ...".
+    local lines
+    lines=$(wc -l <"$work/err")
+    if [ "$lines" != 1 ] || ! grep -q '^qsp: error: ' "$work/err"; then
+      fail "'$*': stderr is not one 'qsp: error:' line:"
+      sed 's/^/  stderr: /' "$work/err"
+    fi
+  fi
+  return 0
+}
+out_has() { grep -q -- "$1" "$work/out" || { fail "stdout of the last command lacks '$1'"; sed 's/^/  /' "$work/out" | head -20; }; }
+err_has() { grep -q -- "$1" "$work/err" || { fail "stderr of the last command lacks '$1'"; sed 's/^/  /' "$work/err"; }; }
+
+case $mode in
+exit_codes)
+  expect 0 "$qsp" && out_has "tokens/s" && out_has "top-5" && out_has "backend:"
+  expect 0 "$qsp" --help && out_has "usage: qsp"
+  expect 0 "$qsp" --version && out_has "qsp 1."
+  for c in info prefill generate bench synth; do
+    expect 0 "$qsp" $c --help && out_has "usage: qsp $c"
+    expect 0 "$qsp" help $c && out_has "usage: qsp $c"
+  done
+  # Usage errors: 2.
+  expect 2 "$qsp" frobnicate && err_has "unknown command"
+  expect 2 "$qsp" prefill --frobnicate && err_has "unknown option --frobnicate"
+  expect 2 "$qsp" prefill && err_has "--tokens"
+  expect 2 "$qsp" prefill --random && err_has "needs a value"
+  expect 2 "$qsp" prefill --random abc && err_has "--random expects an integer"
+  expect 2 "$qsp" prefill --random 0
+  expect 2 "$qsp" prefill --tokens 1,2,x
+  expect 2 "$qsp" prefill --tokens 1,2 --random 3 && err_has "exclude"
+  expect 2 "$qsp" prefill --tokens 1,99999 && err_has "outside the vocabulary"
+  expect 2 "$qsp" prefill --random 4 --backend gpu && err_has "--backend"
+  expect 2 "$qsp" prefill --random 4 --ctx 2 && err_has "--ctx"
+  expect 2 "$qsp" prefill a.gguf b.gguf --random 4
+  expect 2 "$qsp" generate --random 4 -n x
+  expect 2 "$qsp" bench -p 16,abc
+  expect 2 "$qsp" synth "$work/x.gguf" && err_has "--preset"
+  expect 2 "$qsp" synth --preset nope "$work/x.gguf" && err_has "unknown preset"
+  expect 2 "$qsp" synth --preset tiny --type q6_K "$work/x.gguf" && err_has "--type"
+  expect 2 "$qsp" synth --preset tiny
+  expect 2 "$qsp" info --tensors=yes
+  # Runtime errors: 1.
+  expect 1 "$qsp" info "$work/missing.gguf" && err_has "missing.gguf" && err_has "No such file"
+  expect 1 "$qsp" prefill "$work/missing.gguf" --random 4
+  printf 'this is not a model' >"$work/junk.gguf"
+  expect 1 "$qsp" prefill "$work/junk.gguf" --random 4 && err_has "not a GGUF file"
+  expect 1 "$qsp" info "$work"  # a directory
+  expect 0 "$qsp" synth --preset micro "$work/m.gguf"
+  head -c 3000 "$work/m.gguf" >"$work/cut.gguf"
+  expect 1 "$qsp" info "$work/cut.gguf" && err_has "truncated"
+  expect 1 "$qsp" synth --preset micro "$work/m.gguf" && err_has "exists"
+  expect 0 "$qsp" synth --preset micro --force "$work/m.gguf"
+  expect 1 "$qsp" prefill "$work/m.gguf" --random 300 && err_has "context length"
+  expect 1 "$qsp" prefill "$work/m.gguf" --random 4 --logits-out "$work/no/such/dir/l.bin" && err_has "cannot create"
+  if ! "$qsp" prefill --random 4 --backend cpu >/dev/null 2>&1; then fail "cpu backend"; fi
+  ;;
+
+commands)
+  expect 0 "$qsp" synth --preset tiny --type q4_0 "$work/tiny.gguf" && out_has "wrote"
+  expect 0 "$qsp" info "$work/tiny.gguf" && out_has "architecture: qwen3" && out_has "runnable:     yes" \
+    && out_has "KV cache" && out_has "q4_0 x16"
+  expect 0 "$qsp" info "$work/tiny.gguf" --tensors && out_has "blk.1.ffn_down.weight" && out_has "output.weight"
+  expect 0 "$qsp" info && out_has "built-in tiny model"
+  expect 0 "$qsp" prefill "$work/tiny.gguf" --random 40 --seed 3 --chunk 7 --top 3 --backend cpu -t 2 \
+    && out_has "40 tokens" && out_has "chunks of 7" && out_has "top-3"
+  expect 0 "$qsp" prefill --random 16 --top 0
+  grep -q "top-" "$work/out" && fail "--top 0 printed tokens"
+  expect 0 "$qsp" generate "$work/tiny.gguf" --tokens 1,2,3 -n 3 --backend cpu && out_has "generated:" \
+    && out_has "decode:" && out_has "prefill:"
+  # The generated tokens continue the greedy chain: prefill of prompt + first two -> the third on top.
+  read -r -a gen <<<"$(sed -n 's/^generated: //p' "$work/out")"
+  if [ "${#gen[@]}" != 3 ]; then
+    fail "generate printed ${#gen[@]} tokens, expected 3"
+  else
+    expect 0 "$qsp" prefill "$work/tiny.gguf" --tokens "1,2,3,${gen[0]},${gen[1]}" --top 1 --backend cpu
+    grep -Eq "1\. token +${gen[2]} " "$work/out" || fail "greedy chain: expected top token ${gen[2]}"
+  fi
+  expect 0 "$qsp" bench "$work/tiny.gguf" -p 16,32 -r 2 --backend cpu && out_has "median ms" \
+    && grep -Eq '^ +32 +2 ' "$work/out" || fail "bench table"
+  expect 0 "$qsp" bench -p 8 -r 1 --warmup 0
+  expect 0 "$qsp" --backend cpu && out_has "tokens/s"
+  # llama architecture end to end.
+  expect 0 "$qsp" synth --preset tiny-llama --type q8_0 "$work/llama.gguf"
+  expect 0 "$qsp" info "$work/llama.gguf" && out_has "interleaved" && out_has "runnable:     yes"
+  expect 0 "$qsp" prefill "$work/llama.gguf" --random 8 --backend cpu
+  ;;
+
+logits_match)
+  tokens=5,17,1999,3,42,7,7,7,1024,0,11,512,300
+  for spec in "tiny q8_0 1" "tiny q4_0 9" "tiny-llama q4_0 2" "micro f16 4" "micro-llama bf16 5"; do
+    read -r preset type seed <<<"$spec"
+    [ "${preset#micro}" != "$preset" ] && tokens=5,17,63,3,42,7,7,7,0,11
+    f="$work/$preset-$type.gguf"
+    expect 0 "$qsp" synth --preset "$preset" --type "$type" --seed "$seed" "$f" || continue
+    expect 0 "$api" "$preset" "$type" "$seed" "$tokens" 2 "$work/api.bin" || continue
+    expect 0 "$qsp" prefill "$f" --tokens "$tokens" --backend cpu --threads 2 --logits-out "$work/cli.bin" || continue
+    cmp -s "$work/api.bin" "$work/cli.bin" || fail "$spec: qsp prefill --logits-out differs from the C API"
+    vocab=$("$qsp" info "$f" | sed -n 's/^vocab: *\([0-9]*\).*/\1/p')
+    [ "$(stat -c %s "$work/cli.bin")" = $((vocab * 4)) ] || fail "$spec: logits file is not vocab_size float32"
+    # Chunked prompts give the same logits (the CPU backend is exact).
+    expect 0 "$qsp" prefill "$f" --tokens "$tokens" --backend cpu --threads 2 --chunk 4 --logits-out "$work/chunk.bin"
+    cmp -s "$work/api.bin" "$work/chunk.bin" || fail "$spec: --chunk 4 changed the logits"
+    # Other thread counts too.
+    expect 0 "$qsp" prefill "$f" --tokens "$tokens" --backend cpu --threads 1 --logits-out "$work/t1.bin"
+    cmp -s "$work/api.bin" "$work/t1.bin" || fail "$spec: --threads 1 changed the logits"
+  done
+  ;;
+
+synth_determinism)
+  expect 0 "$qsp" synth --preset tiny --type q4_0 --threads 1 "$work/a.gguf"
+  expect 0 "$qsp" synth --preset tiny --type q4_0 --threads 3 "$work/b.gguf"
+  cmp -s "$work/a.gguf" "$work/b.gguf" || fail "synth output depends on the thread count"
+  expect 0 "$qsp" synth --preset tiny --type q4_0 --seed 2 "$work/c.gguf"
+  cmp -s "$work/a.gguf" "$work/c.gguf" && fail "another seed gave the same file"
+  [ "$(stat -c %s "$work/a.gguf")" = "$(stat -c %s "$work/c.gguf")" ] || fail "seed changed the size"
+  ls "$work"/*.partial >/dev/null 2>&1 && fail "a .partial file was left behind"
+  ;;
+
+gguf_spec)
+  py=${PYTHON:-python3}
+  for spec in "tiny q4_0 qwen3" "tiny-llama q8_0 llama" "micro f16 qwen3" "micro-llama bf16 llama"; do
+    read -r preset type arch <<<"$spec"
+    f="$work/$preset-$type.gguf"
+    expect 0 "$qsp" synth --preset "$preset" --type "$type" "$f" || continue
+    expect 0 "$py" "$here/gguf_check.py" "$f" --expect-arch "$arch" || continue
+    # Both readers see the same directory: name, type, shape, absolute offset, bytes.
+    "$py" "$here/gguf_check.py" "$f" --list >"$work/py.txt"
+    "$qsp" info "$f" --tensors | grep -E '^ +[0-9]+  ' | sed -E ':a; s/(\[[^] ]*) /\1/; ta' \
+      | awk '{gsub(/[][]/, "", $4); print $2, $3, $4, $6, $5}' >"$work/qsp.txt"
+    [ -s "$work/qsp.txt" ] || fail "$spec: no tensor listing from qsp info --tensors"
+    diff "$work/py.txt" "$work/qsp.txt" >/dev/null || { fail "$spec: readers disagree"; diff "$work/py.txt" "$work/qsp.txt" | head; }
+  done
+  ;;
+
+*)
+  echo "unknown mode $mode"; exit 2 ;;
+esac
+
+if [ "$failures" != 0 ]; then
+  echo "$mode: $failures failure(s)"
+  exit 1
+fi
+echo "$mode: OK"

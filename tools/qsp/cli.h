@@ -1,0 +1,135 @@
+// The `qsp` command-line tool: shared pieces of the subcommands (argument
+// parsing, model loading through the public API, output helpers).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "qsp/qsp.h"
+#include "qsp/qsp_gguf.h"
+
+namespace qsp_cli {
+
+// Exit code 2: the command line is wrong.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Exit code 1: the command failed (missing file, bad model, library error).
+struct RuntimeError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// ---- arguments -------------------------------------------------------------
+struct OptionSpec {
+  const char* name;   // "--tokens"
+  const char* alias;  // "-n" or nullptr
+  bool takes_value;
+};
+
+struct ParsedArgs {
+  std::map<std::string, std::string> values;  // by long name; flags map to ""
+  std::vector<std::string> positional;
+  bool has(const std::string& name) const { return values.count(name) != 0; }
+  std::string get(const std::string& name, const std::string& def = "") const;
+};
+
+// Parses argv (after the subcommand) against `specs`; `--name=value` and
+// `--name value` both work; "--" ends the options. Throws UsageError.
+ParsedArgs parse_args(const std::string& command, const std::vector<std::string>& argv,
+                      const std::vector<OptionSpec>& specs);
+
+uint64_t parse_uint(const std::string& flag, const std::string& s, uint64_t min, uint64_t max);
+std::vector<int32_t> parse_token_list(const std::string& flag, const std::string& s);
+std::vector<uint64_t> parse_uint_list(const std::string& flag, const std::string& s, uint64_t min, uint64_t max);
+
+// Options of every command that runs a model.
+extern const std::vector<OptionSpec> kExecOptions;
+struct ExecOptions {
+  int32_t backend = QSP_BACKEND_AUTO;
+  int32_t device = 0;
+  int32_t threads = 0;
+  uint32_t ctx = 0;  // 0: what the command needs
+  bool verbose = false;
+};
+ExecOptions exec_options(const ParsedArgs& a);
+
+// ---- models ----------------------------------------------------------------
+class Model {
+ public:
+  // Opens `path`, or the built-in tiny model (synthesized in memory) when path is empty.
+  static std::unique_ptr<Model> open(const std::string& path);
+  ~Model();
+
+  const qsp_gguf* gguf() const { return g_; }
+  const qsp_gguf_info& info() const { return info_; }
+  const std::string& label() const { return label_; }
+  bool builtin() const { return builtin_; }
+  std::string summary() const;  // one line: arch, shape, types, size
+  // Throws RuntimeError naming the reason when qsp cannot run the model.
+  void check_runnable() const;
+
+  // Creates a context on the chosen backend with room for `needed` tokens and
+  // uploads the weights (with a progress bar on a TTY). Prints nothing.
+  qsp_context* create_context(const ExecOptions& e, uint32_t needed, double* upload_seconds) const;
+
+ private:
+  Model() = default;
+  qsp_gguf* g_ = nullptr;
+  std::vector<uint8_t> bytes_;  // the built-in model's file image
+  qsp_gguf_info info_{};
+  std::string label_;
+  bool builtin_ = false;
+};
+
+// Destroys the context on scope exit.
+struct ContextGuard {
+  qsp_context* ctx;
+  explicit ContextGuard(qsp_context* c) : ctx(c) {}
+  ~ContextGuard() { qsp_context_destroy(ctx); }
+  ContextGuard(const ContextGuard&) = delete;
+  ContextGuard& operator=(const ContextGuard&) = delete;
+};
+
+// Throws RuntimeError("<what>: <message>") when st is not QSP_OK.
+void check(qsp_status st, qsp_context* ctx, const std::string& what);
+
+// ---- output ----------------------------------------------------------------
+double now_seconds();
+std::string human_bytes(uint64_t n);
+// tokens/s with a precision that suits the magnitude ("12345", "42.5", "0.386").
+std::string rate(double tokens, double seconds);
+std::string backend_line(qsp_context* ctx);
+std::vector<int32_t> random_tokens(uint32_t n, uint32_t vocab, uint64_t seed);
+// Top k ids by logit (descending, lowest id first on ties; NaN last).
+std::vector<uint32_t> top_k(const float* logits, uint32_t n, uint32_t k);
+void print_top_k(const float* logits, uint32_t n, uint32_t k);
+
+// A progress bar on stderr, drawn only when stderr is a terminal.
+class ProgressBar {
+ public:
+  ProgressBar(const std::string& label, uint64_t min_total);
+  ~ProgressBar();
+  void update(uint64_t done, uint64_t total);
+  void finish();
+
+ private:
+  std::string label_;
+  uint64_t min_total_;
+  bool tty_;
+  bool drawn_ = false;
+  int last_permille_ = -1;
+  double t0_;
+};
+
+// ---- subcommands -------------------------------------------------------------
+int cmd_info(const std::vector<std::string>& argv);
+int cmd_prefill(const std::vector<std::string>& argv, bool demo);
+int cmd_generate(const std::vector<std::string>& argv);
+int cmd_bench(const std::vector<std::string>& argv);
+int cmd_synth(const std::vector<std::string>& argv);
+
+}  // namespace qsp_cli
