@@ -109,7 +109,7 @@ std::vector<uint8_t> random_quant(int32_t dtype, uint64_t rows, uint64_t cols, u
 
 std::vector<uint8_t> random_f32(uint64_t n, float mean, float sd, uint64_t seed) {
   std::vector<uint8_t> b(n * 4);
-  std::mt19937 g(uint32_t(seed));
+  std::mt19937 g{uint32_t(seed)};
   std::normal_distribution<float> nd(mean, sd);
   for (uint64_t i = 0; i < n; ++i) {
     float v = nd(g);
