@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -39,6 +40,18 @@ namespace {
     if (qsp_e_ != cudaSuccess) throw_cuda(qsp_e_, #expr); \
   } while (0)
 
+// Fault injection for the tests: QSP_DEVICE_MEMORY_LIMIT=<bytes> caps what
+// the CUDA backend holds at once (weights, KV caches, scratch, all contexts),
+// so "out of device memory" at any allocation can be provoked on a big GPU.
+// Read at every allocation, so a test can lower and raise it between calls.
+std::atomic<uint64_t> g_device_bytes{0};
+
+bool over_cap(size_t n) {
+  const char* cap = std::getenv("QSP_DEVICE_MEMORY_LIMIT");
+  if (!cap || !*cap) return false;
+  return g_device_bytes.load() + n > std::strtoull(cap, nullptr, 10);
+}
+
 // Device memory that frees itself.
 struct DeviceBuffer {
   void* ptr = nullptr;
@@ -46,16 +59,24 @@ struct DeviceBuffer {
   DeviceBuffer() = default;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);
-  }
+  ~DeviceBuffer() { release(); }
   void alloc(size_t n, const char* what) {
+    release();
+    if (over_cap(n)) throw_cuda(cudaErrorMemoryAllocation, what);
     cudaError_t e = cudaMalloc(&ptr, n ? n : 1);
     if (e != cudaSuccess) {
       ptr = nullptr;
       throw_cuda(e, what);
     }
     bytes = n;
+    g_device_bytes += n;
+  }
+  void release() {
+    if (!ptr) return;
+    cudaFree(ptr);
+    g_device_bytes -= bytes;
+    ptr = nullptr;
+    bytes = 0;
   }
 };
 
@@ -96,8 +117,7 @@ class CudaTensor : public Tensor {
       int prev = -1;
       cudaGetDevice(&prev);
       cudaSetDevice(device_);
-      cudaFree(buf.ptr);
-      buf.ptr = nullptr;
+      buf.release();
       if (prev >= 0) cudaSetDevice(prev);
     }
   }
