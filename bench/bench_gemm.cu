@@ -1,0 +1,302 @@
+// Micro-benchmark of qsp::kern::gemm against cuBLAS (fp16 weights, fp32
+// accumulation) on real layer shapes.
+//
+//   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -I include -I src -I . \
+//        bench/bench_gemm.cu kernels/gemm.cu src/common/quant.cpp -lcublas -o bench_gemm
+//   ./bench_gemm [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu]
+//
+// Method: CUDA events around batches of launches (a batch lasts >= ~200 us,
+// so tiny GEMVs are not dominated by event resolution), median of 21
+// batches after warm-up. Every launch uses the next of R copies of the
+// weights, R chosen so the copies span >= 256 MB: nothing is served from L2
+// (50 MB on H100/H200) that would come from HBM in a real forward pass. The
+// activations are one buffer (they are L2-resident in a real pass too).
+// Columns: TFLOPS = 2*M*N*K / time; W GB/s = weight bytes / time (the
+// figure of merit of the small-M GEMV); err = ||ours - cuBLAS|| / ||cuBLAS||
+// on the same dequantized weights.
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/quant.h"
+#include "kernels/kernels.h"
+
+namespace {
+
+using qsp::kern::Epilogue;
+using qsp::kern::WFormat;
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+void ckb(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(int(s)));
+}
+#define CK(x) ck((x), #x)
+#define CKB(x) ckb((x), #x)
+
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint64_t next() {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 0x2545F4914F6CDD1Dull;
+  }
+  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }
+  float normal() { return (uniform() + uniform() + uniform() + uniform() - 2.0f) * 1.7320508f; }
+};
+
+// R copies of one buffer in a single allocation, each 256-byte aligned.
+struct Rotating {
+  uint8_t* base = nullptr;
+  size_t stride = 0;
+  int copies = 0;
+  int next = 0;
+  Rotating(const std::vector<uint8_t>& host, size_t span = size_t(256) << 20) {
+    stride = (host.size() + 255) / 256 * 256;
+    copies = int(std::max<size_t>(2, (span + stride - 1) / stride));
+    CK(cudaMalloc(&base, stride * size_t(copies)));
+    CK(cudaMemcpy(base, host.data(), host.size(), cudaMemcpyHostToDevice));
+    for (int i = 1; i < copies; ++i) CK(cudaMemcpy(base + stride * i, base, host.size(), cudaMemcpyDeviceToDevice));
+  }
+  ~Rotating() { cudaFree(base); }
+  Rotating(const Rotating&) = delete;
+  Rotating& operator=(const Rotating&) = delete;
+  void* first() const { return base; }
+  void* take() {
+    void* p = base + stride * size_t(next);
+    next = (next + 1) % copies;
+    return p;
+  }
+};
+
+// Median milliseconds of one call of fn().
+template <class Fn>
+double time_ms(Fn fn) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) fn();
+  CK(cudaEventRecord(a));
+  fn();
+  CK(cudaEventRecord(b));
+  CK(cudaEventSynchronize(b));
+  float once = 0.0f;
+  CK(cudaEventElapsedTime(&once, a, b));
+  const int batch = std::max(1, std::min(200, int(std::ceil(0.2 / std::max(once, 1e-4f)))));
+  std::vector<double> t;
+  for (int r = 0; r < 21; ++r) {
+    CK(cudaEventRecord(a));
+    for (int i = 0; i < batch; ++i) fn();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms = 0.0f;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(double(ms) / batch);
+  }
+  CK(cudaGetLastError());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Shape {
+  int64_t N, K;
+  const char* what;
+};
+
+double rel_err(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  double se = 0.0, sr = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = qsp::fp16_to_fp32(a[i]), y = qsp::fp16_to_fp32(b[i]);
+    se += (x - y) * (x - y);
+    sr += y * y;
+  }
+  return std::sqrt(se / std::max(sr, 1e-300));
+}
+
+int run(int argc, char** argv) {
+  bool quick = false, cublas = true, swiglu = false;
+  std::string fmt_arg = "q4q8";
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    if (s == "--quick") quick = true;
+    else if (s == "--no-cublas") cublas = false;
+    else if (s == "--swiglu") swiglu = true;
+    else if (s == "--fmt" && i + 1 < argc) fmt_arg = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: %s [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu]\n", argv[0]);
+      return 2;
+    }
+  }
+  std::vector<int32_t> dtypes;
+  if (fmt_arg.find("q4") != std::string::npos || fmt_arg == "all") dtypes.push_back(QSP_DTYPE_Q4_0);
+  if (fmt_arg.find("q8") != std::string::npos || fmt_arg == "all") dtypes.push_back(QSP_DTYPE_Q8_0);
+  if (fmt_arg.find("f16") != std::string::npos || fmt_arg == "all") dtypes.push_back(QSP_DTYPE_F16);
+
+  int dev = 0;
+  CK(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, dev));
+  std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+
+  const std::vector<Shape> shapes = quick ? std::vector<Shape>{{4096, 4096, "q/o 8B"}, {12288, 4096, "gate 4B"}}
+                                          : std::vector<Shape>{{1024, 1024, "0.6B k/v"},
+                                                               {3072, 1024, "0.6B up"},
+                                                               {1024, 3072, "0.6B down"},
+                                                               {4096, 4096, "8B q/o"},
+                                                               {12288, 4096, "4B gate"},
+                                                               {14336, 4096, "8B gate"},
+                                                               {4096, 14336, "8B down"},
+                                                               {151936, 1024, "0.6B head"}};
+  const std::vector<int> Ms = quick ? std::vector<int>{1, 2048} : std::vector<int>{1, 16, 128, 512, 2048, 8192};
+
+  cublasHandle_t handle = nullptr;
+  if (cublas) CKB(cublasCreate(&handle));
+
+  std::printf("%-10s %-12s %5s %-5s %9s %8s %8s | %9s %8s %7s | %8s\n", "shape", "NxK", "M", "fmt", "ms", "TFLOPS",
+              "W GB/s", "cuBLAS ms", "TFLOPS", "ratio", "err");
+  for (const Shape& sh : shapes) {
+    const int64_t N = sh.N, K = sh.K;
+    // One set of fp32 weights per shape, ~N(0, 0.02..0.05) per row.
+    std::vector<float> wf(size_t(N) * size_t(K));
+    {
+      Rng rng(uint64_t(N * 31 + K));
+      for (int64_t r = 0; r < N; ++r) {
+        const float sigma = 0.02f + 0.03f * rng.uniform();
+        for (int64_t i = 0; i < K; ++i) wf[size_t(r) * K + i] = sigma * rng.normal();
+      }
+    }
+    for (int32_t dt : dtypes) {
+      const uint64_t rb = qsp::dtype_row_bytes(dt, uint64_t(K));
+      std::vector<uint8_t> gguf(size_t(N) * rb);
+      for (int64_t r = 0; r < N; ++r) {
+        uint8_t* dst = gguf.data() + size_t(r) * rb;
+        const float* src = wf.data() + size_t(r) * K;
+        if (dt == QSP_DTYPE_Q4_0) qsp::quantize_row_q4_0(src, reinterpret_cast<qsp::BlockQ4_0*>(dst), uint64_t(K));
+        else if (dt == QSP_DTYPE_Q8_0) qsp::quantize_row_q8_0(src, reinterpret_cast<qsp::BlockQ8_0*>(dst), uint64_t(K));
+        else for (int64_t i = 0; i < K; ++i) reinterpret_cast<uint16_t*>(dst)[i] = qsp::fp32_to_fp16(src[i]);
+      }
+      const WFormat f = qsp::kern::format_for(dt);
+      const char* why = nullptr;
+      if (!qsp::kern::gemm_supported(f, N, K, &why)) {
+        std::printf("%-10s %6lldx%-5lld unsupported: %s\n", sh.what, (long long)N, (long long)K, why);
+        continue;
+      }
+      std::vector<uint8_t> packed(qsp::kern::dweight_bytes(f, N, K));
+      qsp::kern::repack_weight(dt, gguf.data(), N, K, packed.data());
+      Rotating wq(packed);
+      // cuBLAS gets the same weights dequantized to fp16, [N][K].
+      std::unique_ptr<Rotating> wd;
+      if (cublas) {
+        std::vector<uint8_t> dense(size_t(N) * size_t(K) * 2);
+        std::vector<float> row(static_cast<size_t>(K));
+        uint16_t* d = reinterpret_cast<uint16_t*>(dense.data());
+        for (int64_t r = 0; r < N; ++r) {
+          qsp::dequantize_row(dt, gguf.data() + size_t(r) * rb, row.data(), uint64_t(K));
+          for (int64_t i = 0; i < K; ++i) d[size_t(r) * K + i] = qsp::fp32_to_fp16(row[size_t(i)]);
+        }
+        wd.reset(new Rotating(dense));
+      }
+      const char* fname = dt == QSP_DTYPE_Q4_0 ? "q4_0" : dt == QSP_DTYPE_Q8_0 ? "q8_0" : "f16";
+
+      for (int M : Ms) {
+        if (N * int64_t(M) > (int64_t(1) << 31)) continue;  // the LM head at huge M: not a real case
+        std::vector<uint16_t> xh(size_t(M) * size_t(K));
+        Rng rng(uint64_t(M) * 7 + 3);
+        for (auto& v : xh) v = qsp::fp32_to_fp16(rng.normal());
+        __half *x = nullptr, *y = nullptr, *yc = nullptr;
+        CK(cudaMalloc(&x, xh.size() * 2));
+        CK(cudaMalloc(&y, size_t(M) * size_t(N) * 2));
+        CK(cudaMalloc(&yc, size_t(M) * size_t(N) * 2));
+        CK(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+
+        qsp::kern::GemmArgs a;
+        a.x = x;
+        a.ldx = int32_t(K);
+        a.M = M;
+        a.w.fmt = f;
+        a.w.rows = int32_t(N);
+        a.w.cols = int32_t(K);
+        a.ep = Epilogue::kStoreF16;
+        a.out_h = y;
+        a.ldo = int32_t(N);
+        const double ms = time_ms([&] {
+          a.w.data = wq.take();
+          CK(qsp::kern::gemm(a, nullptr));
+        });
+        const double flop = 2.0 * M * double(N) * double(K);
+        const double wbytes = double(packed.size());
+
+        double cms = 0.0, err = -1.0;
+        if (cublas) {
+          const float alpha = 1.0f, beta = 0.0f;
+          auto call = [&](const void* w, __half* out) {
+            CKB(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(N), M, int(K), &alpha, w, CUDA_R_16F, int(K), x,
+                             CUDA_R_16F, int(K), &beta, out, CUDA_R_16F, int(N), CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT));
+          };
+          cms = time_ms([&] { call(wd->take(), yc); });
+          if (int64_t(M) * N <= (int64_t(64) << 20)) {
+            a.w.data = wq.first();
+            CK(qsp::kern::gemm(a, nullptr));
+            call(wd->first(), yc);
+            CK(cudaDeviceSynchronize());
+            std::vector<uint16_t> h1(size_t(M) * size_t(N)), h2(h1.size());
+            CK(cudaMemcpy(h1.data(), y, h1.size() * 2, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(h2.data(), yc, h2.size() * 2, cudaMemcpyDeviceToHost));
+            err = rel_err(h1, h2);
+          }
+        }
+        char nk[32];
+        std::snprintf(nk, sizeof nk, "%lldx%lld", (long long)N, (long long)K);
+        std::printf("%-10s %-12s %5d %-5s %9.4f %8.1f %8.0f | %9.4f %8.1f %7.2f | %8.1e\n", sh.what, nk, M, fname, ms,
+                    flop / ms * 1e-9, wbytes / ms * 1e-6, cms, cms > 0 ? flop / cms * 1e-9 : 0.0,
+                    cms > 0 ? cms / ms : 0.0, err);
+
+        if (swiglu && (sh.N == 12288 || sh.N == 14336)) {
+          // Gate and up in one launch (two weights, one fp16 output).
+          qsp::kern::GemmArgs s = a;
+          s.ep = Epilogue::kSwiGLU;
+          s.w2 = s.w;
+          const double sms = time_ms([&] {
+            s.w.data = wq.take();
+            s.w2.data = wq.take();
+            CK(qsp::kern::gemm(s, nullptr));
+          });
+          std::printf("%-10s %-12s %5d %-5s %9.4f %8.1f %8.0f |  (SwiGLU: gate + up fused)\n", sh.what, nk, M, fname,
+                      sms, 2 * flop / sms * 1e-9, 2 * wbytes / sms * 1e-6);
+        }
+        cudaFree(x);
+        cudaFree(y);
+        cudaFree(yc);
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (handle) cublasDestroy(handle);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+    return 1;
+  }
+}
