@@ -45,6 +45,7 @@
 #include <utility>
 
 #include "kernels/kernels.h"
+#include "kernels/ptx.cuh"
 
 namespace qsp {
 namespace kern {
@@ -53,10 +54,6 @@ namespace {
 // ============================================================================
 // PTX wrappers
 // ============================================================================
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // Compile-time loop: f(std::integral_constant<int, I>{}) for I = 0 .. N-1.
 // Lets per-iteration offsets be PTX immediates: with a plain unrolled loop
 // the compiler hoists every `base + i * stride` into its own register.
@@ -79,12 +76,6 @@ __device__ __forceinline__ void cp_async_cg_16(uint32_t dst, const void* src, bo
   asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%4], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n), "n"(kDstImm),
                "n"(kSrcImm));
 }
-__device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait_group() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 // Four 8x8 b16 matrices from [base + kImm] (lane i addresses row i % 8 of
 // matrix i / 8); .trans transposes each.
 template <int kImm>
@@ -98,15 +89,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t bas
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4+%5];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(base), "n"(kImm));
-}
-
-// D = A * B + D, A 16x16 (row), B 16x8 (col), fp16 in, fp32 accumulate.
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // 2^x on the SFU; ex2(-inf) = 0, which is how masked scores vanish.
@@ -300,13 +282,13 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
   // {K_j+2}, {V_j+2} (empty groups past the end keep the count uniform, so
   // the wait depths below are constants).
   load_tile(p.k, sK, n_begin);
-  cp_async_commit_group();
+  cp_async_commit();
   load_tile(p.v, sV, n_begin);
-  cp_async_commit_group();
+  cp_async_commit();
   if (n_tiles > 1) load_tile(p.k, sK + Kt::kSmemKV, n_begin + kBlockN);
-  cp_async_commit_group();
+  cp_async_commit();
   if (n_tiles > 1) load_tile(p.v, sV + Kt::kSmemKV, n_begin + kBlockN);
-  cp_async_commit_group();
+  cp_async_commit();
 
   // Rows this thread holds in the accumulator layout: lane/4 (+8) of each of
   // its m16 tiles. lim = the last key the row may see (padding rows: the
@@ -360,7 +342,7 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
 
   uint32_t qf[Kt::kQInRegs ? Kt::kKSteps : 1][4];
   if constexpr (Kt::kQInRegs) {
-    cp_async_wait_group<3>();  // {Q, K0} landed
+    cp_async_wait<3>();  // {Q, K0} landed
     __syncthreads();
     static_for<Kt::kKSteps>([&](auto kc) {
       constexpr int ks = decltype(kc)::value;
@@ -374,7 +356,7 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
     const uint32_t sKs = sK + stage * Kt::kSmemKV;
     const uint32_t sVs = sV + stage * Kt::kSmemKV;
 
-    cp_async_wait_group<3>();  // K_j landed (pending: V_j, K_j+1, V_j+1)
+    cp_async_wait<3>();  // K_j landed (pending: V_j, K_j+1, V_j+1)
     __syncthreads();
 
     // ---- S = Q K^T (raw scores, fp32)
@@ -467,10 +449,10 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
           for (int e = 0; e < 4; ++e) o[mt][dt][e] *= alpha[mt][e >> 1];
     }
 
-    cp_async_wait_group<2>();  // V_j landed
+    cp_async_wait<2>();  // V_j landed
     __syncthreads();           // ...and every warp is done with K stage `stage`
     if (j + 2 < n_tiles) load_tile(p.k, sKs, n0 + 2 * kBlockN);
-    cp_async_commit_group();
+    cp_async_commit();
 
     // ---- O += P V: P (fp16) straight from the S accumulators, which have
     // the A-operand layout once two n8 tiles are paired per k16 step.
@@ -498,9 +480,9 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
 
     __syncthreads();  // every warp is done with V stage `stage`
     if (j + 2 < n_tiles) load_tile(p.v, sVs, n0 + 2 * kBlockN);
-    cp_async_commit_group();
+    cp_async_commit();
   }
-  cp_async_wait_group<0>();  // nothing may land in shared memory after exit
+  cp_async_wait<0>();  // nothing may land in shared memory after exit
 
   // ---- Epilogue
   {

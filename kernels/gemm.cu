@@ -38,6 +38,7 @@
 
 #include "common/quant.h"
 #include "kernels/kernels.h"
+#include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
 
 namespace qsp {
@@ -46,21 +47,11 @@ namespace {
 
 // ---- PTX wrappers ---------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 // 16-byte global -> shared copy; zero-fills when !pred (src is not read).
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool pred) {
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(pred ? 16 : 0));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 __device__ __forceinline__ void lds128(uint32_t& a, uint32_t& b, uint32_t& c, uint32_t& d, uint32_t addr) {
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
 }
@@ -83,15 +74,6 @@ __device__ __forceinline__ void ldg64_stream(uint32_t& a, uint32_t& b, const voi
 // Activation loads: re-read by every block, cached.
 __device__ __forceinline__ void ldg128(uint32_t& a, uint32_t& b, uint32_t& c, uint32_t& d, const void* p) {
   asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
-}
-
-// d += a * b, fp16 inputs, fp32 accumulators.
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Swizzled 16-byte column slot of a 128-byte smem row (64 fp16 of one chunk).
