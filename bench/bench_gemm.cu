@@ -266,6 +266,26 @@ int run(int argc, char** argv) {
                     flop / ms * 1e-9, wbytes / ms * 1e-6, cms, cms > 0 ? flop / cms * 1e-9 : 0.0,
                     cms > 0 ? cms / ms : 0.0, err);
 
+        if (M > 16 && f != WFormat::kF16) {
+          // Each kernel family forced (the row above is gemm()'s own pick).
+          double tf[2] = {0.0, 0.0};
+          const qsp::kern::GemmPath paths[2] = {qsp::kern::GemmPath::kMma, qsp::kern::GemmPath::kWgmma};
+          for (int i = 0; i < 2; ++i) {
+            qsp::kern::GemmArgs p = a;
+            p.path = paths[i];
+            p.w.data = wq.first();
+            if (qsp::kern::gemm(p, nullptr) != cudaSuccess) {
+              (void)cudaGetLastError();
+              continue;
+            }
+            tf[i] = flop / time_ms([&] {
+                      p.w.data = wq.take();
+                      CK(qsp::kern::gemm(p, nullptr));
+                    }) * 1e-9;
+          }
+          std::printf("%-10s %-12s %5d %-5s   paths: mma.sync %6.1f TFLOPS, wgmma %6.1f TFLOPS\n", sh.what, nk, M,
+                      fname, tf[0], tf[1]);
+        }
         if (swiglu && (sh.N == 12288 || sh.N == 14336)) {
           // Gate and up in one launch (two weights, one fp16 output).
           qsp::kern::GemmArgs s = a;

@@ -39,6 +39,8 @@
 #include "common/quant.h"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
+#include "kernels/gemm_epilogue.cuh"
+#include "kernels/gemm_wgmma.h"
 #include "kernels/qweight.cuh"
 
 namespace qsp {
@@ -58,6 +60,13 @@ __device__ __forceinline__ void lds128(uint32_t& a, uint32_t& b, uint32_t& c, ui
 __device__ __forceinline__ void lds32(uint32_t& a, uint32_t addr) {
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(a) : "r"(addr));
 }
+// Four 8x8 fp16 matrices; lane l supplies the row address of matrix l / 8 and
+// receives, of each, row l / 4, cols 2 (l % 4), +1 (the mma fragment order).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
 __device__ __forceinline__ void lds64(uint32_t& a, uint32_t& b, uint32_t addr) {
   asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(a), "=r"(b) : "r"(addr));
 }
@@ -68,20 +77,21 @@ __device__ __forceinline__ void ldg128_stream(uint32_t& a, uint32_t& b, uint32_t
                : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
                : "l"(p));
 }
+__device__ __forceinline__ void ldg32_stream(uint32_t& a, const void* p) {
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(a) : "l"(p));
+}
 __device__ __forceinline__ void ldg64_stream(uint32_t& a, uint32_t& b, const void* p) {
   asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(a), "=r"(b) : "l"(p));
 }
 // Activation loads: re-read by every block, cached.
-__device__ __forceinline__ void ldg128(uint32_t& a, uint32_t& b, uint32_t& c, uint32_t& d, const void* p) {
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
+__device__ __forceinline__ void ldg32(uint32_t& a, const void* p) {
+  asm volatile("ld.global.nc.u32 %0, [%1];\n" : "=r"(a) : "l"(p));
 }
 
-// Swizzled 16-byte column slot of a 128-byte smem row (64 fp16 of one chunk).
-// Lanes (g, t) of a quarter warp read rows g, g+1 at slots 4*hs + t, so rows
-// of different parity must use different slot halves: slot ^ 4*(row & 1).
-__device__ __forceinline__ int swz(int row, int slot) { return slot ^ ((row & 1) << 2); }
-
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
+// Swizzled 16-byte column slot of a 128-byte smem row (64 fp16 of one chunk):
+// ldmatrix reads one slot of 8 consecutive rows, which then hit 8 distinct
+// bank groups.
+__device__ __forceinline__ int swz(int row, int slot) { return slot ^ (row & 7); }
 
 // ---- Weight format traits -----------------------------------------------------------
 // Each format provides:
@@ -147,80 +157,43 @@ struct WTraits<WFormat::kF16> {
   static constexpr int kTileStageBytes = qw::kTileRows * 128;  // 16 rows x 64 fp16, swizzled like A
   static constexpr int kStages = 3;                           // 48 KB per stage in the large config
   struct Raw {
-    uint32_t w[2][8];  // [rows g / g+8][words of cols 8t.. (0..3) and 32+8t.. (4..7)]
+    uint32_t w[4][4];  // [k step][f0..f3] (see qweight.cuh's fragment order)
   };
+  // ldmatrix.x4 per k step: matrix i = rows 8 (i >> 1).. of the tile, k half i & 1.
   __device__ static void lds_raw(Raw& r, uint32_t sb, int, int v, int lane, int hs) {
-    const int g = lane >> 2, t = lane & 3;
+    const int mi = lane >> 3;
+    const int row = v * 16 + (lane & 7) + 8 * (mi >> 1);
 #pragma unroll
-    for (int p = 0; p < 2; ++p) {
-      const int row = v * 16 + 8 * p + g;
-      lds128(r.w[p][4 * hs], r.w[p][4 * hs + 1], r.w[p][4 * hs + 2], r.w[p][4 * hs + 3],
-             sb + row * 128 + swz(row, 4 * hs + t) * 16);
+    for (int ss = 0; ss < 2; ++ss) {
+      const int s = 2 * hs + ss;
+      ldmatrix_x4(r.w[s], sb + row * 128 + swz(row, 2 * s + (mi & 1)) * 16);
     }
   }
-  // rows: the two row pointers (already offset to the chunk), null = zero.
+  // rows: the two row pointers (already offset to the chunk), null = zero;
+  // hi_ok: k steps 2, 3 exist (K may end half way through the chunk).
   __device__ static void ldg_rows(Raw& r, const __half* row_g, const __half* row_g8, int t, bool hi_ok) {
     const __half* rows[2] = {row_g, row_g8};
 #pragma unroll
-    for (int p = 0; p < 2; ++p) {
+    for (int s = 0; s < 4; ++s)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (rows[p] && (h == 0 || hi_ok)) {
-          ldg128_stream(r.w[p][4 * h], r.w[p][4 * h + 1], r.w[p][4 * h + 2], r.w[p][4 * h + 3],
-                        rows[p] + 32 * h + 8 * t);
-        } else {
-          r.w[p][4 * h] = r.w[p][4 * h + 1] = r.w[p][4 * h + 2] = r.w[p][4 * h + 3] = 0u;
+      for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          uint32_t& d = r.w[s][2 * p + h];
+          if (rows[p] && (s < 2 || hi_ok)) {
+            ldg32_stream(d, rows[p] + 16 * s + 2 * t + 8 * h);
+          } else {
+            d = 0u;
+          }
         }
-      }
-    }
   }
   __device__ static void frags(const Raw& r, int s, uint32_t (&f)[4]) {
-    const int i = 4 * (s >> 1) + 2 * (s & 1);
-    f[0] = r.w[0][i];
-    f[1] = r.w[0][i + 1];
-    f[2] = r.w[1][i];
-    f[3] = r.w[1][i + 1];
+    f[0] = r.w[s][0];
+    f[1] = r.w[s][1];
+    f[2] = r.w[s][2];
+    f[3] = r.w[s][3];
   }
 };
-
-// ---- Output ----------------------------------------------------------------------------
-struct OutArgs {
-  __half* out_h;
-  float* out_f;
-  int32_t ldo;
-  int32_t M, N;
-  int32_t vec;  // row stride and base allow paired (4 / 8-byte) stores
-};
-
-// Stores columns n, n+1 of row m (both predicated on N; m checked by caller).
-template <Epilogue EP>
-__device__ __forceinline__ void store2(const OutArgs& o, int m, int n, float v0, float v1) {
-  const size_t i = size_t(m) * size_t(o.ldo) + size_t(n);
-  if (EP == Epilogue::kStoreF16 || EP == Epilogue::kSwiGLU) {
-    if (o.vec && n + 1 < o.N) {
-      *reinterpret_cast<__half2*>(o.out_h + i) = __floats2half2_rn(v0, v1);
-    } else {
-      if (n < o.N) o.out_h[i] = __float2half_rn(v0);
-      if (n + 1 < o.N) o.out_h[i + 1] = __float2half_rn(v1);
-    }
-  } else if (EP == Epilogue::kStoreF32) {
-    if (o.vec && n + 1 < o.N) {
-      *reinterpret_cast<float2*>(o.out_f + i) = make_float2(v0, v1);
-    } else {
-      if (n < o.N) o.out_f[i] = v0;
-      if (n + 1 < o.N) o.out_f[i + 1] = v1;
-    }
-  } else {
-    if (o.vec && n + 1 < o.N) {
-      float2* p = reinterpret_cast<float2*>(o.out_f + i);
-      const float2 r = *p;
-      *p = make_float2(r.x + v0, r.y + v1);
-    } else {
-      if (n < o.N) o.out_f[i] += v0;
-      if (n + 1 < o.N) o.out_f[i + 1] += v1;
-    }
-  }
-}
 
 // ---- Kernel arguments ---------------------------------------------------------------------
 struct KArgs {
@@ -383,8 +356,6 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) gemm_mma_kernel(co
     cp_async_commit();
   }
 
-  // Row parity of every A row this thread reads is g & 1 (see swz).
-  const int a_slot_x = (g & 1) << 2;
   for (int kt = 0; kt < nk; ++kt) {
     cp_async_wait<kS - 2>();
     __syncthreads();  // stage kt landed for all threads; slot (kt - 1) % kS is free
@@ -399,16 +370,15 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) gemm_mma_kernel(co
     typename T::Raw raw[NJ];
 #pragma unroll
     for (int hs = 0; hs < 2; ++hs) {
-      // A fragments of k steps 2hs, 2hs+1: rows g and g+8 of each m16 tile,
-      // 8 contiguous fp16 at cols 32*hs + 8t.
+      // A fragments of k steps 2hs, 2hs+1 (ldmatrix.x4: lane l addresses
+      // row l % 16 of the m16 tile at k half l / 16).
       uint32_t af[MI][2][4];
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int p = 0; p < 2; ++p) {
-          const int row = wm * C::WTM + i * 16 + 8 * p + g;
-          lds128(af[i][p][0], af[i][p][1], af[i][p][2], af[i][p][3],
-                 st + row * 128 + ((4 * hs + t) ^ a_slot_x) * 16);
+        for (int ss = 0; ss < 2; ++ss) {
+          const int row = wm * C::WTM + i * 16 + (lane & 15);
+          ldmatrix_x4(af[i][ss], st + row * 128 + swz(row, 2 * (2 * hs + ss) + (lane >> 4)) * 16);
         }
       // One weight tile at a time. Q4_0 fills raw[] once per stage (hs 0: one
       // LDS.128 = four k steps); Q8_0 and fp16 load per half-stage (their raw
@@ -422,9 +392,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) gemm_mma_kernel(co
           T::frags(raw[j], 2 * hs + ss, f);
 #pragma unroll
           for (int i = 0; i < MI; ++i) {
-            const uint32_t A[4] = {af[i][0][2 * ss], af[i][1][2 * ss], af[i][0][2 * ss + 1], af[i][1][2 * ss + 1]};
-            mma_m16n8k16(acc[i][2 * j], A, f[0], f[1]);
-            mma_m16n8k16(acc[i][2 * j + 1], A, f[2], f[3]);
+            mma_m16n8k16(acc[i][2 * j], af[i][ss], f[0], f[1]);
+            mma_m16n8k16(acc[i][2 * j + 1], af[i][ss], f[2], f[3]);
           }
         }
       }
@@ -539,7 +508,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
 
   for (int c0 = warp; c0 < a.KC; c0 += kw * U) {
     typename T::Raw raw[U][NM];
-    uint32_t xb[U][MT][2][4];  // X rows mt*8+g: cols 8t.. and 32+8t.. of the chunk
+    uint32_t xb[U][MT][4][2];  // X row mt*8+g, k step s: cols 16s+2t, +1 and 16s+2t+8, +9
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * kw;
@@ -560,12 +529,14 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
       for (int mt = 0; mt < MT; ++mt) {
         const int m = mt * 8 + g;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint32_t* r = xb[u][mt][h];
-          if (ok && m < M && c * 64 + 32 * h < a.K) {
-            ldg128(r[0], r[1], r[2], r[3], a.x + size_t(m) * size_t(a.ldx) + c * 64 + 32 * h + 8 * t);
+        for (int s = 0; s < 4; ++s) {
+          uint32_t* r = xb[u][mt][s];
+          if (ok && m < M && c * 64 + 16 * s < a.K) {
+            const __half* xp = a.x + size_t(m) * size_t(a.ldx) + c * 64 + 16 * s + 2 * t;
+            ldg32(r[0], xp);
+            ldg32(r[1], xp + 8);
           } else {
-            r[0] = r[1] = r[2] = r[3] = 0u;
+            r[0] = r[1] = 0u;
           }
         }
       }
@@ -581,10 +552,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
           T::frags(raw[u][w], s, f);
           const uint32_t A[4] = {f[0], f[2], f[1], f[3]};
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            const uint32_t* xr = xb[u][mt][s >> 1];
-            mma_m16n8k16(acc[w][mt], A, xr[2 * (s & 1)], xr[2 * (s & 1) + 1]);
-          }
+          for (int mt = 0; mt < MT; ++mt) mma_m16n8k16(acc[w][mt], A, xb[u][mt][s][0], xb[u][mt][s][1]);
         }
       }
     }
@@ -726,13 +694,14 @@ cudaError_t launch_gemv(const KArgs& a, cudaStream_t stream) {
 struct Plan {
   bool large;
   int ks;
+  double t;  // estimated time, in units of one large-tile chunk (128 x 256 x 64) on one SM
 };
 Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
-  const double chunk_l = 128.0 * 256 * 64, chunk_m = 64.0 * 128 * 64;
+  const double chunk_l = 128.0 * 256 * 64, chunk_m = 64.0 * 128 * 64;  // elements per chunk
   const int64_t bl = ((M + 127) / 128) * ((real_n + (dual ? 127 : 255)) / (dual ? 128 : 256));
-  const double t_large = double((bl + sms - 1) / sms) * (KC + 3) * chunk_l;
+  const double t_large = double((bl + sms - 1) / sms) * (KC + 3);
   const int64_t bm = ((M + 63) / 64) * ((real_n + (dual ? 63 : 127)) / (dual ? 64 : 128));
-  Plan best{true, 1};
+  Plan best{true, 1, t_large};
   double t_best = t_large;
   for (int ks = 1; ks <= 8; ks *= 2) {
     if (ks > 1 && KC / ks < 4) break;
@@ -741,18 +710,55 @@ Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
     const int64_t conc = std::min<int64_t>(per_sm, 3);
     const double rate = std::min(1.0, conc * 4 / 8.0) * 0.8;
     const double work = ((KC + ks - 1) / ks + 3 + (ks > 1 ? 2 : 0)) * chunk_m;
-    const double tm = double((per_sm + conc - 1) / conc) * conc * work / rate;
+    const double tm = double((per_sm + conc - 1) / conc) * conc * work / rate / chunk_l;
     if (tm < t_best) {
       t_best = tm;
-      best = Plan{false, ks};
+      best = Plan{false, ks, tm};
     }
   }
   return best;
 }
 
+// The wgmma kernel (kernels/gemm_wgmma.cu) in the same units: 128 weight
+// rows x BT tokens per block, one block per SM, its rate relative to the
+// large mma.sync tile (guesses until bench_gemm measured them; see
+// bench/RESULTS.md).
+struct WgPlan {
+  int bt;
+  double t;
+};
+WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
+  constexpr double kRate[2] = {2.2, 1.9};  // BT = 256, 128
+  WgPlan best{0, 1e300};
+  const int bts[2] = {wgmma::kTokTileLarge, wgmma::kTokTileSmall};
+  for (int i = 0; i < 2; ++i) {
+    const int bt = bts[i];
+    const int64_t rows = dual ? wgmma::kBlockRows / 2 : wgmma::kBlockRows;
+    const int64_t blocks = ((M + bt - 1) / bt) * ((real_n + rows - 1) / rows);
+    const double t = double((blocks + sms - 1) / sms) * (KC + 3) * (bt * 128.0) / (128.0 * 256.0) / kRate[i];
+    if (t < best.t) best = WgPlan{bt, t};
+  }
+  return best;
+}
+
+cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, cudaStream_t stream) {
+  wgmma::Args a;
+  a.x = k.x;
+  a.ldx = k.ldx;
+  a.K = k.K;
+  a.KC = k.KC;
+  a.tiles = k.tiles;
+  a.w[0] = k.w[0];
+  a.w[1] = k.w[1];
+  a.scale_off = k.scale_off32;
+  a.o = k.o;
+  return wgmma::run(a, f, ep, bt, stream);
+}
+
 template <WFormat F, Epilogue EP>
-cudaError_t run_gemm(KArgs& a, cudaStream_t stream) {
+cudaError_t run_gemm(KArgs& a, GemmPath path, cudaStream_t stream) {
   const int M = a.o.M;
+  if (path == GemmPath::kWgmma && (F == WFormat::kF16 || M <= 16)) return cudaErrorNotSupported;
   if (M <= 8) return launch_gemv<F, 1, EP>(a, stream);
   if (M <= 16) return launch_gemv<F, 2, EP>(a, stream);
   int dev = 0;
@@ -760,17 +766,25 @@ cudaError_t run_gemm(KArgs& a, cudaStream_t stream) {
   if (e != cudaSuccess) return e;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   const Plan p = plan_mma(M, a.o.N, a.KC, kDual, sm_count(dev));
+  if (F != WFormat::kF16 && path != GemmPath::kMma) {
+    if (wgmma::available(dev)) {
+      const WgPlan w = plan_wgmma(M, a.o.N, a.KC, kDual, sm_count(dev));
+      if (path == GemmPath::kWgmma || w.t < p.t) return launch_wgmma(a, F, EP, w.bt, stream);
+    } else if (path == GemmPath::kWgmma) {
+      return cudaErrorNotSupported;
+    }
+  }
   if (p.large) return launch_mma<F, CfgLarge, EP>(a, dev, 1, kDual ? CfgLarge::BN / 2 : CfgLarge::BN, stream);
   return launch_mma<F, CfgMedium, EP>(a, dev, p.ks, kDual ? CfgMedium::BN / 2 : CfgMedium::BN, stream);
 }
 
 template <WFormat F>
-cudaError_t run_format(KArgs& a, Epilogue ep, cudaStream_t stream) {
+cudaError_t run_format(KArgs& a, Epilogue ep, GemmPath path, cudaStream_t stream) {
   switch (ep) {
-    case Epilogue::kStoreF16: return run_gemm<F, Epilogue::kStoreF16>(a, stream);
-    case Epilogue::kStoreF32: return run_gemm<F, Epilogue::kStoreF32>(a, stream);
-    case Epilogue::kAddF32: return run_gemm<F, Epilogue::kAddF32>(a, stream);
-    case Epilogue::kSwiGLU: return run_gemm<F, Epilogue::kSwiGLU>(a, stream);
+    case Epilogue::kStoreF16: return run_gemm<F, Epilogue::kStoreF16>(a, path, stream);
+    case Epilogue::kStoreF32: return run_gemm<F, Epilogue::kStoreF32>(a, path, stream);
+    case Epilogue::kAddF32: return run_gemm<F, Epilogue::kAddF32>(a, path, stream);
+    case Epilogue::kSwiGLU: return run_gemm<F, Epilogue::kSwiGLU>(a, path, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -803,9 +817,24 @@ void parallel_for(int64_t n, int64_t work, Fn fn) {
   for (auto& th : pool) th.join();
 }
 
+// Where column j (0..63) of a chunk goes: lane quad t, k step s, element e
+// (qweight.cuh's coord_of, tabulated once).
+struct ChunkMap {
+  uint8_t t[64], s[64], e[64];
+  ChunkMap() {
+    for (int j = 0; j < 64; ++j) {
+      const qw::Coord c = qw::coord_of(0, j, 64);
+      t[j] = uint8_t(c.lane & 3);
+      s[j] = uint8_t(c.s);
+      e[j] = uint8_t(c.e);
+    }
+  }
+};
+
 void repack_q4_0(const BlockQ4_0* src, int64_t rows, int64_t cols, uint8_t* dst) {
   const int64_t KC = qw::n_chunks(cols), nb = cols / kQBlock;
   const size_t soff = qw::scales_offset(WFormat::kQ4_0, rows, cols);
+  static const ChunkMap map;
   parallel_for(qw::n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
     uint8_t nib[32];
     for (int64_t tile = t0; tile < t1; ++tile) {
@@ -818,8 +847,7 @@ void repack_q4_0(const BlockQ4_0* src, int64_t rows, int64_t cols, uint8_t* dst)
           const int64_t row = tile * 16 + rr;
           const int g = rr & 7, p = rr >> 3;
           for (int h = 0; h < 2; ++h) {
-            // Block 2c+h is chunk cols 32h .. 32h+31: element i goes to lane
-            // quad t = i / 8, step s = 2h + (i / 4) % 2, fragment element i % 4.
+            // Block 2c+h is chunk cols 32h .. 32h+31.
             const int64_t b = 2 * c + h;
             const bool ok = row < rows && b < nb;
             if (ok) {
@@ -833,10 +861,9 @@ void repack_q4_0(const BlockQ4_0* src, int64_t rows, int64_t cols, uint8_t* dst)
               std::memset(nib, 8, sizeof nib);  // decodes to 0 (and d = 0)
               sc[4 * g + 2 * h + p] = 0;
             }
-            for (int i = 0; i < 32; i += 4) {
-              const uint32_t v = uint32_t(nib[i]) << qw::q4_shift(p, 0) | uint32_t(nib[i + 1]) << qw::q4_shift(p, 1) |
-                                 uint32_t(nib[i + 2]) << qw::q4_shift(p, 2) | uint32_t(nib[i + 3]) << qw::q4_shift(p, 3);
-              q[(4 * g + (i >> 3)) * 4 + 2 * h + ((i >> 2) & 1)] |= v;
+            for (int i = 0; i < 32; ++i) {
+              const int j = 32 * h + i;
+              q[(4 * g + map.t[j]) * 4 + map.s[j]] |= uint32_t(nib[i]) << qw::q4_shift(p, map.e[j]);
             }
           }
         }
@@ -848,6 +875,7 @@ void repack_q4_0(const BlockQ4_0* src, int64_t rows, int64_t cols, uint8_t* dst)
 void repack_q8_0(const BlockQ8_0* src, int64_t rows, int64_t cols, uint8_t* dst) {
   const int64_t KC = qw::n_chunks(cols), nb = cols / kQBlock;
   const size_t soff = qw::scales_offset(WFormat::kQ8_0, rows, cols);
+  static const ChunkMap map;
   parallel_for(qw::n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
     for (int64_t tile = t0; tile < t1; ++tile) {
       for (int64_t c = 0; c < KC; ++c) {
@@ -861,10 +889,10 @@ void repack_q8_0(const BlockQ8_0* src, int64_t rows, int64_t cols, uint8_t* dst)
             const int64_t b = 2 * c + h;
             const bool ok = row < rows && b < nb;
             sc[4 * g + 2 * h + p] = ok ? src[row * nb + b].d : uint16_t(0);
-            // Runs of 4 elements (one fragment register pair) stay contiguous.
-            for (int i = 0; i < 32; i += 4) {
-              uint8_t* o = q + qw::q8_byte(4 * g + (i >> 3), 2 * h + ((i >> 2) & 1), p, 0);
-              for (int e = 0; e < 4; ++e) o[e] = ok ? uint8_t(int(src[row * nb + b].qs[i + e]) + 128) : uint8_t(128);
+            for (int i = 0; i < 32; ++i) {
+              const int j = 32 * h + i;
+              q[qw::q8_byte(4 * g + map.t[j], map.s[j], p, map.e[j])] =
+                  ok ? uint8_t(int(src[row * nb + b].qs[i]) + 128) : uint8_t(128);
             }
           }
         }
@@ -944,6 +972,7 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   // 16-byte activation loads: x and ldx aligned to 8 fp16.
   if (g.ldx < K || g.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0) return cudaErrorInvalidValue;
   if (g.ldo < N) return cudaErrorInvalidValue;
+  if (g.path != GemmPath::kAuto && g.path != GemmPath::kMma && g.path != GemmPath::kWgmma) return cudaErrorInvalidValue;
   if (int64_t(g.M) * g.ldx >= (int64_t(1) << 31)) return cudaErrorInvalidValue;  // 32-bit activation offsets
   if (dual && (g.w2.data == nullptr || g.w2.fmt != g.w.fmt || g.w2.rows != g.w.rows || g.w2.cols != g.w.cols)) {
     return cudaErrorInvalidValue;
@@ -974,9 +1003,9 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   a.o.vec = g.ldo % 2 == 0 && base % (half_out ? 4 : 8) == 0;
 
   switch (g.w.fmt) {
-    case WFormat::kQ4_0: return run_format<WFormat::kQ4_0>(a, g.ep, stream);
-    case WFormat::kQ8_0: return run_format<WFormat::kQ8_0>(a, g.ep, stream);
-    case WFormat::kF16: return run_format<WFormat::kF16>(a, g.ep, stream);
+    case WFormat::kQ4_0: return run_format<WFormat::kQ4_0>(a, g.ep, g.path, stream);
+    case WFormat::kQ8_0: return run_format<WFormat::kQ8_0>(a, g.ep, g.path, stream);
+    case WFormat::kF16: return run_format<WFormat::kF16>(a, g.ep, g.path, stream);
   }
   return cudaErrorInvalidValue;
 }

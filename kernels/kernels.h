@@ -57,6 +57,12 @@ enum class Epilogue : int32_t {
   kSwiGLU = 3,    // out_h[m * ldo + n] = silu(acc_w) * acc_w2   (w = gate, w2 = up)
 };
 
+// Which kernel family gemm() may use. kAuto picks by shape and device; the
+// others exist for tests and benchmarks. kWgmma returns cudaErrorNotSupported
+// where that path cannot run (no sm_90a image for the device, fp16 weights,
+// M <= 16, which always takes the GEMV).
+enum class GemmPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2 };
+
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
   int32_t ldx = 0;
@@ -67,6 +73,7 @@ struct GemmArgs {
   __half* out_h = nullptr;
   float* out_f = nullptr;
   int32_t ldo = 0;            // row stride of the output (>= N)
+  GemmPath path = GemmPath::kAuto;
 };
 
 // Any M >= 1 (small M takes a GEMV path). Returns cudaErrorInvalidValue for

@@ -5,24 +5,24 @@
 // W is rows (N, outputs) x cols (K, inputs), K contiguous in GGUF.
 //
 // ---- Why this layout ---------------------------------------------------------
-// The GEMM multiplies with mma.sync.m16n8k16. Its fragments give thread
-// (lane = 4*g + t) the k-indices {2t, 2t+1, 2t+8, 2t+9} of each 16-wide k
-// step. The sum over k does not care which physical column a "logical" k is,
-// as long as A and B agree, so we fix a permutation of every 64-column chunk
-// under which lane t owns the 16 physical columns
-//     { 8t .. 8t+7 }  and  { 32+8t .. 32+8t+7 }
-// i.e. for k step s (0..3) and element e (0..3) of its fragment pair
-//     col(s, t, e) = 32*(s>>1) + 8*t + 4*(s&1) + e
+// The GEMMs multiply with mma.sync.m16n8k16 (sm_80+) and wgmma.m64nNk16
+// (sm_90a). Both give thread (lane = 4*g + t) of a warp the k-indices
+// {2t, 2t+1, 2t+8, 2t+9} of each 16-wide k step of its A fragment (rows g and
+// g+8 of a 16-row slice; mma.sync's B fragment holds the same k-indices of
+// column g). The layout stores, for every 16-row x 64-column unit, each
+// lane's weights of all four k steps in one 16-byte word (Q4_0; two for
+// Q8_0), in natural column order:
+//     col(s, t, e) = 16*s + 2*t + (e & 1) + 8*(e >> 1)      k step s = 0..3
 // (e = 0,1 are the {2t, 2t+1} register, e = 2,3 the {2t+8, 2t+9} one).
 // Consequences:
-//  - Activations need no permutation in memory: each lane reads 16 contiguous
-//    bytes of a row (LDS.128 from shared memory in the big kernel, LDG.128 in
-//    the GEMV) and gets its A (or, in the GEMV, B) fragments for two k steps;
-//    ldmatrix is not needed and four lanes together read 64 contiguous bytes.
+//  - Activations need no permutation anywhere: the wgmma kernel reads them
+//    through TMA in the canonical 128-byte swizzle, the mma.sync kernel with
+//    ldmatrix, the GEMV with 4-byte loads.
+//  - A lane's quantized weights for one 16x64 unit are one 16-byte word
+//    (Q4_0) or two (Q8_0), decoded in registers straight into fragments:
+//    weights are the wgmma A operand (from registers) or the mma.sync B one.
 //  - Both 32-wide quant blocks of a chunk are uniform per k-step pair: steps
 //    0,1 lie in block 2c, steps 2,3 in block 2c+1 for every lane.
-//  - A lane's quantized weights for one 16x64 unit are one 16-byte word
-//    (Q4_0) or two (Q8_0), decoded in registers straight into fragments.
 //
 // ---- Q4_0 and Q8_0 ------------------------------------------------------------
 // Rows are padded to a multiple of 16 (tiles), cols to a multiple of 64
@@ -76,7 +76,7 @@ __host__ __device__ constexpr size_t scales_offset(WFormat f, int64_t rows, int6
 }
 
 // Physical column (within a 64-chunk) of lane-quad t, k step s, element e.
-__host__ __device__ constexpr int chunk_col(int s, int t, int e) { return 32 * (s >> 1) + 8 * t + 4 * (s & 1) + e; }
+__host__ __device__ constexpr int chunk_col(int s, int t, int e) { return 16 * s + 2 * t + (e & 1) + 8 * (e >> 1); }
 // Q4_0 nibble shift inside a lane word for fragment half p, element e.
 __host__ __device__ constexpr int q4_shift(int p, int e) { return 8 * p + 16 * (e & 1) + 4 * (e >> 1); }
 
@@ -98,9 +98,9 @@ __host__ __device__ inline Coord coord_of(int64_t row, int64_t col, int64_t cols
   c.g = r & 7;
   c.p = r >> 3;
   c.h = j >> 5;
-  c.s = 2 * c.h + ((j >> 2) & 1);
-  c.e = j & 3;
-  c.lane = 4 * c.g + ((j >> 3) & 3);
+  c.s = j >> 4;
+  c.e = (j & 1) + 2 * ((j >> 3) & 1);
+  c.lane = 4 * c.g + ((j >> 1) & 3);
   return c;
 }
 // Byte offset of a scale inside the scale array.
@@ -110,7 +110,8 @@ __host__ __device__ inline size_t scale_byte(const Coord& c) {
 
 // ---- Element accessors (embed, debugging) ---------------------------------
 // Dequantizes cols [col8, col8 + 8) of `row`; col8 % 8 == 0. Those 8 columns
-// share one lane, one block and two consecutive lane words.
+// share one k step, one block and one fragment register (e >> 1): the four
+// lanes t = 0..3 of row group g hold two columns each.
 __device__ inline void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   if (w.fmt == WFormat::kF16) {
@@ -124,24 +125,25 @@ __device__ inline void load8(const DWeight& w, int64_t row, int64_t col8, float 
     }
     return;
   }
-  const Coord c = coord_of(row, col8, w.cols);  // e == 0, s == 2h
+  const Coord c = coord_of(row, col8, w.cols);  // t == 0, e == 0 or 2
   const float d = __half2float(
       *reinterpret_cast<const __half*>(base + scales_offset(w.fmt, w.rows, w.cols) + scale_byte(c)));
   const size_t ub = size_t(c.unit) * unit_bytes(w.fmt);
-  if (w.fmt == WFormat::kQ4_0) {
-    const uint2 q = *reinterpret_cast<const uint2*>(base + ub + c.lane * 16 + 4 * c.s);
-    const uint32_t qw[2] = {q.x, q.y};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t nib = (qw[i >> 2] >> q4_shift(c.p, i & 3)) & 15u;
-      out[i] = d * float(int(nib) - 8);
+  for (int t = 0; t < 4; ++t) {
+    const int lane = c.lane + t;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int e = c.e + i;
+      int q;
+      if (w.fmt == WFormat::kQ4_0) {
+        const uint32_t word = *reinterpret_cast<const uint32_t*>(base + ub + lane * 16 + 4 * c.s);
+        q = int((word >> q4_shift(c.p, e)) & 15u) - 8;
+      } else {
+        q = int(base[ub + q8_byte(lane, c.s, c.p, e)]) - 128;
+      }
+      out[2 * t + i] = d * float(q);
     }
-  } else {
-    // s = 2h and 2h+1 of half p are 8 consecutive bytes.
-    const uint2 q = *reinterpret_cast<const uint2*>(base + ub + q8_byte(c.lane, c.s, c.p, 0));
-    const uint32_t qw[2] = {q.x, q.y};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) out[i] = d * float(int((qw[i >> 2] >> (8 * (i & 3))) & 255u) - 128);
   }
 }
 

@@ -21,6 +21,7 @@
 using qsp::kern::DWeight;
 using qsp::kern::Epilogue;
 using qsp::kern::GemmArgs;
+using qsp::kern::GemmPath;
 using qsp::kern::WFormat;
 
 namespace {
@@ -193,14 +194,15 @@ const char* ep_name(Epilogue ep) {
 // untouched, and against the reference on the sampled rows:
 //   ||out - ref|| / ||ref|| <= 2e-3 and |out - ref| <= 1e-2 rms(ref) + 2e-3 |ref|.
 void check_gemm(const Weight& w, const Weight* w2, const Acts& x, Epilogue ep, int ldo, const std::vector<int>& rows,
-                const std::vector<double>& ref, const std::vector<double>* ref2, uint64_t seed) {
+                const std::vector<double>& ref, const std::vector<double>* ref2, uint64_t seed,
+                GemmPath path = GemmPath::kAuto) {
   const int M = x.M;
   const int64_t N = w.N;
   const bool half_out = ep == Epilogue::kStoreF16 || ep == Epilogue::kSwiGLU;
   const size_t esz = half_out ? 2 : 4;
   const size_t count = size_t(M) * size_t(ldo);
   INFO("gemm " << N << "x" << w.K << " dtype " << w.dtype << " M=" << M << " ldx=" << x.ldx << " ldo=" << ldo << " "
-               << ep_name(ep));
+               << ep_name(ep) << " path " << int(path));
 
   // Initial output bytes: NaN poison, or random residuals for kAddF32.
   std::vector<uint8_t> init(count * esz, 0xff);
@@ -222,6 +224,7 @@ void check_gemm(const Weight& w, const Weight* w2, const Acts& x, Epilogue ep, i
   a.out_h = half_out ? reinterpret_cast<__half*>(out.p) : nullptr;
   a.out_f = half_out ? nullptr : reinterpret_cast<float*>(out.p);
   a.ldo = ldo;
+  a.path = path;
   CUDA_REQUIRE(qsp::kern::gemm(a, nullptr));
   CUDA_REQUIRE(cudaGetLastError());
   CUDA_REQUIRE(cudaDeviceSynchronize());
@@ -283,7 +286,8 @@ const Epilogue kAllEps[] = {Epilogue::kStoreF16, Epilogue::kStoreF32, Epilogue::
 
 // All epilogues for each M on one (w, w2) pair; ldx and ldo vary per case:
 // tight, padded (aligned) and odd (scalar-store path).
-void sweep(const Weight& w, const Weight& w2, const std::vector<int>& Ms, uint64_t seed) {
+void sweep(const Weight& w, const Weight& w2, const std::vector<int>& Ms, uint64_t seed,
+           GemmPath path = GemmPath::kAuto) {
   int variant = 0, mi = 0;
   for (int M : Ms) {
     const int ldx = int(w.K) + (mi++ % 2 ? 8 : 0);
@@ -294,9 +298,29 @@ void sweep(const Weight& w, const Weight& w2, const std::vector<int>& Ms, uint64
     for (Epilogue ep : kAllEps) {
       const int pad = variant % 3 == 0 ? 0 : variant % 3 == 1 ? 8 : 1;
       ++variant;
-      check_gemm(w, &w2, x, ep, int(w.N) + pad, rows, ref, &ref2, seed + variant);
+      check_gemm(w, &w2, x, ep, int(w.N) + pad, rows, ref, &ref2, seed + variant, path);
     }
   }
+}
+
+// Whether the wgmma (sm_90a) path runs here: probe with a tiny forced call.
+bool wgmma_runs() {
+  Weight w(QSP_DTYPE_Q4_0, 128, 64, 77);
+  Acts x(32, 64, 64, 78);
+  DevBuf<float> out(size_t(32) * 128);
+  GemmArgs a;
+  a.x = reinterpret_cast<const __half*>(x.d.p);
+  a.ldx = 64;
+  a.M = 32;
+  a.w = w.dw;
+  a.ep = Epilogue::kStoreF32;
+  a.out_f = out.p;
+  a.ldo = 128;
+  a.path = GemmPath::kWgmma;
+  const cudaError_t e = qsp::kern::gemm(a, nullptr);
+  REQUIRE((e == cudaSuccess || e == cudaErrorNotSupported));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  return e == cudaSuccess;
 }
 
 }  // namespace
@@ -341,6 +365,56 @@ TEST_CASE("gemm: large prefill shapes", "[gpu][gemm]") {
   sweep(w, w2, {1, 2048}, seed++);
 }
 
+// Each kernel family forced on its own (kAuto above mixes them by shape):
+// wgmma (sm_90a only) and mma.sync (what sm_80 / sm_89 run) on the shapes
+// and token counts where both can run, including partial tiles in every
+// dimension and K ending half way through a 64-column chunk.
+TEST_CASE("gemm: wgmma and mma.sync paths, each forced", "[gpu][gemm][wgmma]") {
+  QSP_REQUIRE_GPU();
+  int dev = 0, major = 0;
+  CUDA_REQUIRE(cudaGetDevice(&dev));
+  CUDA_REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  const bool wg = wgmma_runs();
+  if (major == 9) {
+    CHECK(wg);  // a Hopper GPU must get the Hopper kernel
+  } else {
+    std::printf("SKIPPED: wgmma path (needs sm_90a; this device is sm_%d*), mma.sync path still tested\n", major);
+  }
+  struct Shape {
+    int64_t N, K;
+  };
+  const Shape shapes[] = {{4096, 4096}, {1000, 160}, {96, 256}, {40, 96}, {3072, 1024}};
+  uint64_t seed = 500;
+  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0}) {
+    for (const Shape& s : shapes) {
+      Weight w(dt, s.N, s.K, seed++), w2(dt, s.N, s.K, seed++);
+      const std::vector<int> Ms = s.N == 4096 ? std::vector<int>{17, 300, 2048} : std::vector<int>{17, 100, 513};
+      if (wg) sweep(w, w2, Ms, seed++, GemmPath::kWgmma);
+      sweep(w, w2, Ms, seed++, GemmPath::kMma);
+    }
+  }
+  // What the wgmma path refuses: fp16 weights and M <= 16 (the GEMV's).
+  Weight wf(QSP_DTYPE_F16, 128, 64, 9);
+  Acts x(32, 64, 64, 10);
+  DevBuf<float> out(size_t(32) * 128);
+  GemmArgs a;
+  a.x = reinterpret_cast<const __half*>(x.d.p);
+  a.ldx = 64;
+  a.M = 32;
+  a.w = wf.dw;
+  a.ep = Epilogue::kStoreF32;
+  a.out_f = out.p;
+  a.ldo = 128;
+  a.path = GemmPath::kWgmma;
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorNotSupported);
+  Weight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
+  a.w = wq.dw;
+  a.M = 16;
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorNotSupported);
+  CUDA_REQUIRE(cudaGetLastError());
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+}
+
 TEST_CASE("gemm: LM head 151936x1024", "[gpu][gemm]") {
   QSP_REQUIRE_GPU();
   uint64_t seed = 200;
@@ -377,7 +451,7 @@ TEST_CASE("gemm: rejects unsupported input without launching", "[gpu][gemm]") {
   CUDA_REQUIRE(qsp::kern::gemm(good, nullptr));
   CUDA_REQUIRE(cudaDeviceSynchronize());
 
-  std::vector<GemmArgs> bad(10, good);
+  std::vector<GemmArgs> bad(11, good);
   bad[0].M = 0;
   bad[1].x = nullptr;
   bad[2].ldx = 120;                         // < K
@@ -390,6 +464,7 @@ TEST_CASE("gemm: rejects unsupported input without launching", "[gpu][gemm]") {
   bad[7].w2 = w_other.dw;                   // w2 of another shape
   bad[8].w.cols = 48;                       // K not a multiple of 32
   bad[9].ep = static_cast<Epilogue>(7);
+  bad[10].path = static_cast<GemmPath>(5);
   for (size_t i = 0; i < bad.size(); ++i) {
     INFO("bad case " << i);
     CHECK(qsp::kern::gemm(bad[i], nullptr) == cudaErrorInvalidValue);

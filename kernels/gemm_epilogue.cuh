@@ -1,0 +1,57 @@
+// The GEMM kernels' output side, shared by kernels/gemm.cu (mma.sync, GEMV)
+// and kernels/gemm_wgmma.cu (wgmma): where the result goes and how one pair
+// of columns of a token row is stored under each Epilogue.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace qsp {
+namespace kern {
+
+struct OutArgs {
+  __half* out_h;
+  float* out_f;
+  int32_t ldo;
+  int32_t M, N;
+  int32_t vec;  // row stride and base allow paired (4 / 8-byte) stores
+};
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
+
+// Stores columns n, n+1 of row m (both predicated on N; m checked by caller).
+template <Epilogue EP>
+__device__ __forceinline__ void store2(const OutArgs& o, int m, int n, float v0, float v1) {
+  const size_t i = size_t(m) * size_t(o.ldo) + size_t(n);
+  if (EP == Epilogue::kStoreF16 || EP == Epilogue::kSwiGLU) {
+    if (o.vec && n + 1 < o.N) {
+      *reinterpret_cast<__half2*>(o.out_h + i) = __floats2half2_rn(v0, v1);
+    } else {
+      if (n < o.N) o.out_h[i] = __float2half_rn(v0);
+      if (n + 1 < o.N) o.out_h[i + 1] = __float2half_rn(v1);
+    }
+  } else if (EP == Epilogue::kStoreF32) {
+    if (o.vec && n + 1 < o.N) {
+      *reinterpret_cast<float2*>(o.out_f + i) = make_float2(v0, v1);
+    } else {
+      if (n < o.N) o.out_f[i] = v0;
+      if (n + 1 < o.N) o.out_f[i + 1] = v1;
+    }
+  } else {
+    if (o.vec && n + 1 < o.N) {
+      float2* p = reinterpret_cast<float2*>(o.out_f + i);
+      const float2 r = *p;
+      *p = make_float2(r.x + v0, r.y + v1);
+    } else {
+      if (n < o.N) o.out_f[i] += v0;
+      if (n + 1 < o.N) o.out_f[i + 1] += v1;
+    }
+  }
+}
+
+}  // namespace kern
+}  // namespace qsp

@@ -1,0 +1,465 @@
+// The Hopper prefill GEMM: Y = X W^T for Q4_0 / Q8_0 weights on wgmma
+// (sm_90a), weights dequantized in registers as the A operand, activations
+// streamed by TMA as the B operand. Built only as sm_90a machine code (see
+// CMakeLists.txt); kernels/gemm.cu calls it through kernels/gemm_wgmma.h.
+//
+// Block: two consumer warpgroups and one producer warpgroup (384 threads;
+// setmaxnreg moves registers from the producer, 40, to the consumers, 232).
+//  - The block owns 128 weight rows ("virtual" rows: for kSwiGLU, 64 gate
+//    rows in warpgroup 0 and the same 64 up rows in warpgroup 1) and BT
+//    token rows (256 or 128). Warp q of warpgroup w owns the 16-row weight
+//    tile 4w + q, which is exactly one tile of the layout of qweight.cuh.
+//  - Per 64-wide K chunk (one pipeline stage): one producer thread issues
+//    one TMA copy of the X tile [BT][64] fp16 (128-byte swizzle) and 16 bulk
+//    copies of the weight tiles' quant units and scales, all completing on
+//    the stage's "full" mbarrier.
+//  - A consumer warp reads its lane word (one LDS.128 for Q4_0, two for Q8_0)
+//    and its scales, decodes the four k steps' A fragments (the mma.sync A
+//    fragment layout is wgmma's per-warp A layout) and issues four
+//    wgmma.m64nBTk16 with B from the swizzled X tile, waits for them and
+//    hands the slot back through its "empty" mbarrier (one arrive per warp).
+//    The two consumer warpgroups interleave: one decodes while the other's
+//    wgmmas run.
+//  - Epilogue: the fp32 accumulators (D = W X^T, weight rows x tokens) go
+//    through shared memory transposed to [token][row], then every consumer
+//    thread stores 4 consecutive output columns of a token row (store2).
+// Grid: x = token blocks (fastest, so co-resident blocks share weight tiles
+// in L2 and walk the same K slice of X), y = weight-row blocks.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+
+#include "kernels/gemm_wgmma.h"
+#include "kernels/ptx.cuh"
+#include "kernels/qweight.cuh"
+
+namespace qsp {
+namespace kern {
+namespace wgmma {
+namespace {
+
+constexpr int kConsumers = 2;                     // warpgroups
+constexpr int kThreads = 128 * (kConsumers + 1);  // + the producer warpgroup
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 * 40 + 256 * 232 <= 64K
+constexpr int kVT = kBlockRows / qw::kTileRows;   // weight tiles per block
+constexpr int kLdr = kBlockRows + 4;              // epilogue smem row (floats): conflict-free transposed writes
+constexpr int kSmemBudget = 200 * 1024;           // pipeline stages take at most this
+static_assert(kBlockRows == 64 * kConsumers, "one m64 weight slice per consumer warpgroup");
+
+constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+template <WFormat F, int BT>
+struct Layout {
+  static constexpr int kUnit = qw::unit_bytes(F);
+  static constexpr int kXBytes = BT * 128;                       // [BT][64] fp16, 1024-aligned
+  static constexpr int kQBytes = kVT * kUnit;                    // quant units of the 8 tiles
+  static constexpr int kSBytes = kVT * qw::kScaleUnitBytes;      // their scales
+  static constexpr int kStage = round_up(kXBytes + kQBytes + kSBytes, 1024);
+  static constexpr int kStages = std::min(8, kSmemBudget / kStage);
+  static constexpr int kTx = kXBytes + kQBytes + kSBytes;        // bytes landing per stage
+  static constexpr int kEpi = BT * kLdr * 4;
+  static constexpr int kRegion = std::max(kStages * kStage, kEpi);
+  static constexpr int kBytes = 1024 + kRegion + 2 * 8 * kStages;  // alignment slack + mbarriers
+  static_assert(kStages >= 2, "pipeline needs two stages");
+};
+
+// ---- PTX: mbarriers, bulk copies, wgmma --------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// X tile: box {64 cols, BT rows} at (col, row), 128-byte swizzle.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving register reads / writes across this point.
+__device__ __forceinline__ void fence_reg(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+__device__ __forceinline__ void fence_reg(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void fence_reg(uint64_t& r) { asm volatile("" : "+l"(r)::"memory"); }
+
+// Shared-memory matrix descriptor of a K-major operand in the 128-byte
+// swizzle: 8-row x 128-byte atoms, atoms 1024 bytes apart (SBO); a k16 step
+// inside the atom is +32 bytes on the start address.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// D[64 x N] += A[64 x 16] (registers, fp16) * B[16 x N] (smem descriptor, K-major).
+template <int N>
+struct Mma;
+template <>
+struct Mma<256> {
+  __device__ __forceinline__ static void run(float (&d)[128], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "{%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+  }
+};
+
+template <>
+struct Mma<128> {
+  __device__ __forceinline__ static void run(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+  }
+};
+
+// ---- Weight fragments ---------------------------------------------------------------------
+// A fragments of the four k steps of one chunk for the warp's tile, from the
+// stage's smem (the same decoders as the mma.sync kernels).
+template <WFormat F>
+__device__ __forceinline__ void load_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]);
+
+template <>
+__device__ __forceinline__ void load_frags<WFormat::kQ4_0>(uint32_t q_tile, uint32_t s_tile, int lane,
+                                                         uint32_t (&A)[4][4]) {
+  uint32_t q[4], sc[2];
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(q[0]), "=r"(q[1]), "=r"(q[2]), "=r"(q[3])
+               : "r"(q_tile + lane * 16));
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(sc[0]), "=r"(sc[1]) : "r"(s_tile + (lane >> 2) * 8));
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    uint32_t f[4];
+    qw::dq_q4(q[s], sc[s >> 1], f);
+    A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
+  }
+}
+
+template <>
+__device__ __forceinline__ void load_frags<WFormat::kQ8_0>(uint32_t q_tile, uint32_t s_tile, int lane,
+                                                         uint32_t (&A)[4][4]) {
+  uint32_t q[2][4], sc[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(q[h][0]), "=r"(q[h][1]), "=r"(q[h][2]), "=r"(q[h][3])
+                 : "r"(q_tile + h * 512 + lane * 16));
+  }
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(sc[0]), "=r"(sc[1]) : "r"(s_tile + (lane >> 2) * 8));
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    uint32_t f[4];
+    qw::dq_q8(q[s >> 1][s & 1], q[s >> 1][2 + (s & 1)], sc[s >> 1], f);
+    A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
+  }
+}
+
+// ---- The kernel ------------------------------------------------------------------------------
+template <WFormat F, int BT, Epilogue EP>
+__global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const Args a) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = Layout<F, BT>;
+  constexpr bool kDual = EP == Epilogue::kSwiGLU;
+  constexpr int kS = L::kStages;
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw0 = smem_u32(smem_raw);
+  const uint32_t base = (raw0 + 1023u) & ~1023u;  // TMA swizzle atoms need 1024-byte alignment
+  const uint32_t full0 = base + L::kRegion, empty0 = full0 + 8 * kS;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int m0 = blockIdx.x * BT;
+  const int nk = a.KC;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kS; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, 4 * kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp >= 4 * kConsumers) {
+    // ---- Producer: one thread keeps kS stages in flight.
+    setmaxnreg_dec<kProducerRegs>();
+    if (warp != 4 * kConsumers || lane != 0) return;
+    uint32_t q_off[kVT];
+    const uint8_t* wp[kVT];
+#pragma unroll
+    for (int v = 0; v < kVT; ++v) {
+      const int mat = kDual ? v / 4 : 0;
+      int rt = kDual ? blockIdx.y * 4 + v % 4 : blockIdx.y * kVT + v;
+      rt = min(rt, a.tiles - 1);  // past the last tile: load a real one, its rows are not stored
+      wp[v] = mat ? a.w[1] : a.w[0];
+      q_off[v] = uint32_t(rt) * uint32_t(a.KC);
+    }
+    for (int kt = 0; kt < nk; ++kt) {
+      const int slot = kt % kS;
+      if (kt >= kS) mbar_wait(empty0 + 8 * slot, ((kt / kS) - 1) & 1);
+      const uint32_t st = base + slot * L::kStage, bar = full0 + 8 * slot;
+      mbar_expect_tx(bar, L::kTx);
+      tma_load_2d(st, &xmap, kt * 64, m0, bar);
+#pragma unroll
+      for (int v = 0; v < kVT; ++v) {
+        const uint32_t unit = q_off[v] + uint32_t(kt);
+        bulk_load(st + L::kXBytes + v * L::kUnit, wp[v] + size_t(unit) * L::kUnit, L::kUnit, bar);
+        bulk_load(st + L::kXBytes + L::kQBytes + v * qw::kScaleUnitBytes,
+                  wp[v] + a.scale_off + size_t(unit) * qw::kScaleUnitBytes, qw::kScaleUnitBytes, bar);
+      }
+    }
+    return;
+  }
+
+  // ---- Consumers.
+  setmaxnreg_inc<kConsumerRegs>();
+  const int v = warp;  // the warp's weight tile in the block (4 * warpgroup + warp % 4)
+  float acc[BT / 2];
+#pragma unroll
+  for (int i = 0; i < BT / 2; ++i) acc[i] = 0.0f;
+  for (int kt = 0; kt < nk; ++kt) {
+    const int slot = kt % kS;
+    mbar_wait(full0 + 8 * slot, (kt / kS) & 1);
+    const uint32_t st = base + slot * L::kStage;
+    uint32_t A[4][4];
+    load_frags<F>(st + L::kXBytes + v * L::kUnit, st + L::kXBytes + L::kQBytes + v * qw::kScaleUnitBytes, lane, A);
+    uint64_t desc[4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      desc[s] = smem_desc(st + 32 * s);
+      fence_reg(desc[s]);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) fence_reg(A[s][r]);  // every input defined before the fence
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) Mma<BT>::run(acc, A[s], desc[s]);
+    wgmma_commit();
+    // Waiting for this stage's group before decoding the next one keeps
+    // ptxas from serializing the wgmmas (C7513: registers defined while a
+    // group is in flight); the other warpgroup's group covers the gap.
+    wgmma_wait<0>();
+    if (lane == 0) mbar_arrive(empty0 + 8 * slot);
+  }
+#pragma unroll
+  for (int i = 0; i < BT / 2; ++i) fence_reg(acc[i]);
+
+  // ---- Epilogue: D[row][token] -> smem [token][row] -> rows of Y.
+  named_sync(1, 128 * kConsumers);  // every consumer is done with the pipeline smem
+  float* red = reinterpret_cast<float*>(smem_raw + (base - raw0));
+  {
+    const int g = lane >> 2, t = lane & 3;
+    const int row = 16 * v + g;
+#pragma unroll
+    for (int j = 0; j < BT / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) red[(8 * j + 2 * t + (e & 1)) * kLdr + row + 8 * (e >> 1)] = acc[4 * j + e];
+  }
+  named_sync(1, 128 * kConsumers);
+  constexpr int kRealCols = kDual ? kBlockRows / 2 : kBlockRows;
+  constexpr int kQuads = kRealCols / 4;
+  const int n0 = blockIdx.y * kRealCols;
+  for (int e = threadIdx.x; e < BT * kQuads; e += 128 * kConsumers) {
+    const int ml = e / kQuads, c = (e % kQuads) * 4;
+    const int m = m0 + ml;
+    if (m >= a.o.M) break;  // rows only grow with e
+    float4 x = *reinterpret_cast<const float4*>(red + ml * kLdr + c);
+    if (kDual) {
+      const float4 u = *reinterpret_cast<const float4*>(red + ml * kLdr + kRealCols + c);
+      x.x = silu(x.x) * u.x, x.y = silu(x.y) * u.y, x.z = silu(x.z) * u.z, x.w = silu(x.w) * u.w;
+    }
+    store2<EP>(a.o, m, n0 + c, x.x, x.y);
+    store2<EP>(a.o, m, n0 + c + 2, x.z, x.w);
+  }
+#endif
+}
+
+// ---- Host side ------------------------------------------------------------------------------
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      p = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// Per-device flags set once (ordinals < 64).
+struct Once {
+  std::atomic<int> v[64];
+  Once() {
+    for (auto& x : v) x.store(-1, std::memory_order_relaxed);
+  }
+  template <class Fn>
+  bool get(int dev, Fn fn) {
+    if (dev < 0 || dev >= 64) return fn();
+    int x = v[dev].load(std::memory_order_acquire);
+    if (x < 0) {
+      x = fn() ? 1 : 0;
+      v[dev].store(x, std::memory_order_release);
+    }
+    return x == 1;
+  }
+};
+
+template <WFormat F, int BT, Epilogue EP>
+cudaError_t launch(const Args& a, cudaStream_t stream) {
+  using L = Layout<F, BT>;
+  auto kernel = wgmma_kernel<F, BT, EP>;
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  static Once smem_once;
+  if (!smem_once.get(dev, [&] {
+        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes) == cudaSuccess;
+      })) {
+    (void)cudaGetLastError();
+    return cudaErrorNotSupported;
+  }
+  PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();
+  if (!encode) return cudaErrorNotSupported;
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(a.K), cuuint64_t(a.o.M)};
+  const cuuint64_t strides[1] = {cuuint64_t(a.ldx) * 2};
+  const cuuint32_t box[2] = {64, cuuint32_t(BT)};
+  const cuuint32_t estr[2] = {1, 1};
+  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<__half*>(a.x), dims, strides, box, estr,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+    return cudaErrorInvalidValue;
+  }
+  constexpr bool kDual = EP == Epilogue::kSwiGLU;
+  const int tiles_per_block = kDual ? kVT / 2 : kVT;
+  const dim3 grid((a.o.M + BT - 1) / BT, (a.tiles + tiles_per_block - 1) / tiles_per_block);
+  kernel<<<grid, kThreads, L::kBytes, stream>>>(map, a);
+  return cudaGetLastError();
+}
+
+template <WFormat F, int BT>
+cudaError_t by_epilogue(const Args& a, Epilogue ep, cudaStream_t stream) {
+  switch (ep) {
+    case Epilogue::kStoreF16: return launch<F, BT, Epilogue::kStoreF16>(a, stream);
+    case Epilogue::kStoreF32: return launch<F, BT, Epilogue::kStoreF32>(a, stream);
+    case Epilogue::kAddF32: return launch<F, BT, Epilogue::kAddF32>(a, stream);
+    case Epilogue::kSwiGLU: return launch<F, BT, Epilogue::kSwiGLU>(a, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+bool available(int dev) {
+#if defined(QSP_WGMMA)
+  static Once once;
+  return once.get(dev, [dev] {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    if (major != 9 || minor != 0 || encode_fn() == nullptr) return false;
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16>) != cudaSuccess) {
+      (void)cudaGetLastError();  // no sm_90a image for this device
+      return false;
+    }
+    return true;
+  });
+#else
+  (void)dev;
+  return false;
+#endif
+}
+
+cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, cudaStream_t stream) {
+#if defined(QSP_WGMMA)
+  if (tok_tile != kTokTileLarge && tok_tile != kTokTileSmall) return cudaErrorInvalidValue;
+  const bool large = tok_tile == kTokTileLarge;
+  switch (fmt) {
+    case WFormat::kQ4_0:
+      return large ? by_epilogue<WFormat::kQ4_0, kTokTileLarge>(a, ep, stream)
+                   : by_epilogue<WFormat::kQ4_0, kTokTileSmall>(a, ep, stream);
+    case WFormat::kQ8_0:
+      return large ? by_epilogue<WFormat::kQ8_0, kTokTileLarge>(a, ep, stream)
+                   : by_epilogue<WFormat::kQ8_0, kTokTileSmall>(a, ep, stream);
+    default: return cudaErrorNotSupported;
+  }
+#else
+  (void)a, (void)fmt, (void)ep, (void)tok_tile, (void)stream;
+  return cudaErrorNotSupported;
+#endif
+}
+
+}  // namespace wgmma
+}  // namespace kern
+}  // namespace qsp

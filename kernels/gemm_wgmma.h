@@ -1,0 +1,42 @@
+// The Hopper GEMM (kernels/gemm_wgmma.cu, sm_90a machine code only): the
+// prefill path of kern::gemm() for Q4_0 / Q8_0 weights when the device runs
+// it. gemm() (kernels/gemm.cu) validates the arguments and picks the path.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/gemm_epilogue.cuh"
+#include "kernels/kernels.h"
+
+namespace qsp {
+namespace kern {
+namespace wgmma {
+
+struct Args {
+  const __half* x;  // [M][K], row stride ldx; 16-byte aligned, ldx % 8 == 0
+  int32_t ldx;
+  int32_t K;
+  int32_t KC;             // 64-column chunks
+  int32_t tiles;          // 16-row weight tiles
+  const uint8_t* w[2];    // W (or gate, up for kSwiGLU) in the tiled layout
+  uint32_t scale_off;     // byte offset of the scale array
+  OutArgs o;
+};
+
+// Token rows per block: 256 (one m64n256 accumulator tile per warpgroup) or
+// 128 (more blocks for short prompts).
+constexpr int kTokTileLarge = 256, kTokTileSmall = 128;
+// Weight rows ("virtual" rows: gate and up count separately) per block.
+constexpr int kBlockRows = 128;
+
+// Whether the sm_90a kernels are in this build and can run on device `dev`.
+bool available(int dev);
+
+// Launches Y = X W^T with epilogue ep; fmt is kQ4_0 or kQ8_0.
+cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, cudaStream_t stream);
+
+}  // namespace wgmma
+}  // namespace kern
+}  // namespace qsp
