@@ -2,32 +2,24 @@
 // W [N][K] in the tiled layout of kernels/qweight.cuh (Q4_0, Q8_0 or fp16),
 // fp32 accumulation on tensor cores (mma.sync.m16n8k16, sm_80+).
 //
-// Three kernels, picked by gemm() from M, N, K and the device:
+// Four kernels, picked by gemm() from M, N, K, the format and the device:
 //  1. gemv_kernel (M <= 16): decode / LM head. Memory bound: every weight
 //     byte is read once with 16-byte streaming loads. Weights are the mma A
 //     operand (16 weight rows per tile), the tokens the 8-wide B operand, so
 //     M = 1 wastes 7/8 of a tiny tensor-core op instead of 15/16. One block
 //     per 16-row tile; its warps split K and reduce through shared memory.
-//  2. gemm_mma_kernel<CfgLarge> (prefill, enough tiles for a full wave):
-//     128 x 256 block tile, BK = 64, 8 warps of 64 x 64, 4-stage cp.async
-//     pipeline, weights dequantized in registers straight into B fragments.
-//  3. gemm_mma_kernel<CfgMedium> (too few large tiles, e.g. M = 17..512):
+//  2. wgmma::run (kernels/gemm_wgmma.cu; sm_90a, Q4_0 / Q8_0): the Hopper
+//     prefill path, ~650 TFLOPS at M = 2048 on the H200.
+//  3. gemm_mma_kernel<CfgLarge> (sm_80 / sm_89 prefill, fp16 weights):
+//     128 x 256 block tile, BK = 64, 8 warps of 64 x 64, 3-4 stage cp.async
+//     pipeline, activations through ldmatrix, weights dequantized in
+//     registers straight into B fragments (~330 TFLOPS on the H200).
+//  4. gemm_mma_kernel<CfgMedium> (too few large tiles, e.g. M = 17..512):
 //     64 x 128 tiles, 4 warps, several blocks per SM; on sm_90 the K range is
 //     split over a thread-block cluster (up to 8) and reduced through
 //     distributed shared memory, so no workspace is needed.
-//
-// Expected performance (H200, not yet measured here; see bench/bench_gemm.cu):
-//  - GEMV, Q4_0: bound by HBM at ~3-3.5 TB/s for matrices >= ~16 MB; small
-//    ones (4096x4096 = 9.4 MB) are latency bound at ~2.5-3 TB/s. Decode ALU
-//    cost is ~13 instructions per 8 weights, ~50% of the issue rate at 4 TB/s.
-//  - Large M, Q4_0: per k16 step a warp issues 32 HMMA against ~52 ALU
-//    instructions of dequant (each weight is decoded by the 2 warps sharing
-//    its columns) + 8 LDS.128; the dequant hides under the tensor pipe when
-//    two warps per scheduler alternate. mma.sync on Hopper peaks near 2/3 of
-//    the wgmma rate (~600 TFLOPS dense fp16), so the expectation is
-//    ~380-450 TFLOPS for 4096^2 and 12288x4096 at M = 2048 (cuBLAS fp16:
-//    ~700-790). A wgmma path (sm_90a) is the next step beyond that; the
-//    WTraits decoders and the layout are written so that it can reuse them.
+// plan_mma / plan_wgmma estimate each in one unit of SM time; measured
+// figures are in bench/RESULTS.md.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -721,14 +713,14 @@ Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
 
 // The wgmma kernel (kernels/gemm_wgmma.cu) in the same units: 128 weight
 // rows x BT tokens per block, one block per SM, its rate relative to the
-// large mma.sync tile (guesses until bench_gemm measured them; see
-// bench/RESULTS.md).
+// large mma.sync tile: BT = 256 measured 1.94-1.96x at M = 2048 on the H200
+// (bench/RESULTS.md); BT = 128 is still a guess.
 struct WgPlan {
   int bt;
   double t;
 };
 WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
-  constexpr double kRate[2] = {2.2, 1.9};  // BT = 256, 128
+  constexpr double kRate[2] = {1.95, 1.7};  // BT = 256, 128
   WgPlan best{0, 1e300};
   const int bts[2] = {wgmma::kTokTileLarge, wgmma::kTokTileSmall};
   for (int i = 0; i < 2; ++i) {
