@@ -303,21 +303,26 @@ void sweep(const Weight& w, const Weight& w2, const std::vector<int>& Ms, uint64
   }
 }
 
+// A kStoreF32 call forced onto the wgmma path: w is 128 x 64, x has 64 columns.
+GemmArgs forced_wgmma(const Weight& w, const Acts& x, float* out) {
+  GemmArgs a;
+  a.x = reinterpret_cast<const __half*>(x.d.p);
+  a.ldx = 64;
+  a.M = x.M;
+  a.w = w.dw;
+  a.ep = Epilogue::kStoreF32;
+  a.out_f = out;
+  a.ldo = 128;
+  a.path = GemmPath::kWgmma;
+  return a;
+}
+
 // Whether the wgmma (sm_90a) path runs here: probe with a tiny forced call.
 bool wgmma_runs() {
   Weight w(QSP_DTYPE_Q4_0, 128, 64, 77);
   Acts x(32, 64, 64, 78);
   DevBuf<float> out(size_t(32) * 128);
-  GemmArgs a;
-  a.x = reinterpret_cast<const __half*>(x.d.p);
-  a.ldx = 64;
-  a.M = 32;
-  a.w = w.dw;
-  a.ep = Epilogue::kStoreF32;
-  a.out_f = out.p;
-  a.ldo = 128;
-  a.path = GemmPath::kWgmma;
-  const cudaError_t e = qsp::kern::gemm(a, nullptr);
+  const cudaError_t e = qsp::kern::gemm(forced_wgmma(w, x, out.p), nullptr);
   REQUIRE((e == cudaSuccess || e == cudaErrorNotSupported));
   CUDA_REQUIRE(cudaDeviceSynchronize());
   return e == cudaSuccess;
@@ -397,15 +402,7 @@ TEST_CASE("gemm: wgmma and mma.sync paths, each forced", "[gpu][gemm][wgmma]") {
   Weight wf(QSP_DTYPE_F16, 128, 64, 9);
   Acts x(32, 64, 64, 10);
   DevBuf<float> out(size_t(32) * 128);
-  GemmArgs a;
-  a.x = reinterpret_cast<const __half*>(x.d.p);
-  a.ldx = 64;
-  a.M = 32;
-  a.w = wf.dw;
-  a.ep = Epilogue::kStoreF32;
-  a.out_f = out.p;
-  a.ldo = 128;
-  a.path = GemmPath::kWgmma;
+  GemmArgs a = forced_wgmma(wf, x, out.p);
   CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorNotSupported);
   Weight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
   a.w = wq.dw;
