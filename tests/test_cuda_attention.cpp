@@ -291,6 +291,26 @@ TEST_CASE("attention without split-KV scratch falls back and stays correct", "[g
   }
 }
 
+// Small enough for compute-sanitizer's racecheck (minutes, not hours): each
+// tile configuration (kBig, kMid, kSmall with split-KV) once.
+TEST_CASE("attention: every tile configuration on small shapes", "[gpu][attention][sanitize]") {
+  QSP_REQUIRE_GPU();
+  std::mt19937 rng(31);
+  const AttnCase cases[] = {{128, 32, 8, 256, 64, 400}, {128, 32, 8, 40, 100, 200}, {128, 32, 8, 1, 900, 1000},
+                            {64, 16, 4, 7, 30, 60}};
+  for (const AttnCase& c : cases) {
+    AttnData d(c, rng);
+    AttnRig rig(c, true);
+    rig.load(d);
+    rig.out.poison();
+    rig.scratch.poison();
+    set_past(rig.past, c.past);
+    CUDA_REQUIRE(kern::attention(rig.args(), nullptr));
+    CUDA_REQUIRE(cudaDeviceSynchronize());
+    check_attention(d, rig.out.download<uint16_t>(), rng);
+  }
+}
+
 TEST_CASE("attention: other GQA groupings (1 KV head, group 5, group 8)", "[gpu][attention]") {
   QSP_REQUIRE_GPU();
   std::mt19937 rng(99);

@@ -412,6 +412,22 @@ TEST_CASE("gemm: wgmma and mma.sync paths, each forced", "[gpu][gemm][wgmma]") {
   CUDA_REQUIRE(cudaDeviceSynchronize());
 }
 
+// Small enough for compute-sanitizer's racecheck: the GEMV (M <= 8 and
+// <= 16), mma.sync (cluster split-K where the plan takes it) and wgmma
+// (both token tiles), every epilogue, Q4_0 / Q8_0 / F16.
+TEST_CASE("gemm: every kernel path on small shapes", "[gpu][gemm][sanitize]") {
+  QSP_REQUIRE_GPU();
+  const bool wg = wgmma_runs();
+  uint64_t seed = 700;
+  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0, QSP_DTYPE_F16}) {
+    Weight w(dt, 256, 256, seed++), w2(dt, 256, 256, seed++);
+    sweep(w, w2, {1, 9, 40, 300}, seed++);
+    if (dt == QSP_DTYPE_F16) continue;
+    sweep(w, w2, {40, 300}, seed++, GemmPath::kMma);
+    if (wg) sweep(w, w2, {40, 300}, seed++, GemmPath::kWgmma);
+  }
+}
+
 TEST_CASE("gemm: LM head 151936x1024", "[gpu][gemm]") {
   QSP_REQUIRE_GPU();
   uint64_t seed = 200;
