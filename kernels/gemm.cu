@@ -23,7 +23,6 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -33,6 +32,7 @@
 #include "kernels/ptx.cuh"
 #include "kernels/gemm_epilogue.cuh"
 #include "kernels/gemm_wgmma.h"
+#include "kernels/per_device.h"
 #include "kernels/qweight.cuh"
 
 namespace qsp {
@@ -575,25 +575,6 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
 }
 
 // ---- Launchers ----------------------------------------------------------------------------
-
-// A per-device value computed once (device ordinals < 64), thread-safe: a
-// racing first call computes it twice, which is harmless.
-struct PerDevice {
-  std::atomic<int> v[64];
-  PerDevice() {
-    for (auto& x : v) x.store(-1, std::memory_order_relaxed);
-  }
-  template <class Fn>
-  int get(int dev, Fn fn) {
-    if (dev < 0 || dev >= 64) return fn();
-    int x = v[dev].load(std::memory_order_acquire);
-    if (x < 0) {
-      x = fn();
-      if (x >= 0) v[dev].store(x, std::memory_order_release);
-    }
-    return x;
-  }
-};
 
 int sm_count(int dev) {
   static PerDevice cache;

@@ -29,10 +29,9 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <atomic>
-#include <mutex>
 
 #include "kernels/gemm_wgmma.h"
+#include "kernels/per_device.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
 
@@ -353,24 +352,6 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   return fn;
 }
 
-// Per-device flags set once (ordinals < 64).
-struct Once {
-  std::atomic<int> v[64];
-  Once() {
-    for (auto& x : v) x.store(-1, std::memory_order_relaxed);
-  }
-  template <class Fn>
-  bool get(int dev, Fn fn) {
-    if (dev < 0 || dev >= 64) return fn();
-    int x = v[dev].load(std::memory_order_acquire);
-    if (x < 0) {
-      x = fn() ? 1 : 0;
-      v[dev].store(x, std::memory_order_release);
-    }
-    return x == 1;
-  }
-};
-
 template <WFormat F, int BT, Epilogue EP>
 cudaError_t launch(const Args& a, cudaStream_t stream) {
   using L = Layout<F, BT>;
@@ -378,10 +359,11 @@ cudaError_t launch(const Args& a, cudaStream_t stream) {
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
-  static Once smem_once;
-  if (!smem_once.get(dev, [&] {
-        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes) == cudaSuccess;
-      })) {
+  static PerDevice smem_once;
+  if (smem_once.get(dev, [&] {
+        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes) == cudaSuccess ? 1
+                                                                                                               : 0;
+      }) != 1) {
     (void)cudaGetLastError();
     return cudaErrorNotSupported;
   }
@@ -419,22 +401,22 @@ cudaError_t by_epilogue(const Args& a, Epilogue ep, cudaStream_t stream) {
 
 bool available(int dev) {
 #if defined(QSP_WGMMA)
-  static Once once;
-  return once.get(dev, [dev] {
+  static PerDevice once;
+  return once.get(dev, [dev]() -> int {
     int major = 0, minor = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
       (void)cudaGetLastError();
-      return false;
+      return 0;
     }
-    if (major != 9 || minor != 0 || encode_fn() == nullptr) return false;
+    if (major != 9 || minor != 0 || encode_fn() == nullptr) return 0;
     cudaFuncAttributes fa;
     if (cudaFuncGetAttributes(&fa, wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16>) != cudaSuccess) {
       (void)cudaGetLastError();  // no sm_90a image for this device
-      return false;
+      return 0;
     }
-    return true;
-  });
+    return 1;
+  }) == 1;
 #else
   (void)dev;
   return false;

@@ -291,6 +291,19 @@ TEST_CASE("attention without split-KV scratch falls back and stays correct", "[g
   }
 }
 
+// One case with split-KV scratch, outputs and scratch poisoned, vs fp64.
+static void run_case(const AttnCase& c, std::mt19937& rng) {
+  AttnData d(c, rng);
+  AttnRig rig(c, true);
+  rig.load(d);
+  rig.out.poison();
+  rig.scratch.poison();
+  set_past(rig.past, c.past);
+  CUDA_REQUIRE(kern::attention(rig.args(), nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  check_attention(d, rig.out.download<uint16_t>(), rng);
+}
+
 // Small enough for compute-sanitizer's racecheck (minutes, not hours): each
 // tile configuration (kBig, kMid, kSmall with split-KV) once.
 TEST_CASE("attention: every tile configuration on small shapes", "[gpu][attention][sanitize]") {
@@ -298,17 +311,7 @@ TEST_CASE("attention: every tile configuration on small shapes", "[gpu][attentio
   std::mt19937 rng(31);
   const AttnCase cases[] = {{128, 32, 8, 256, 64, 400}, {128, 32, 8, 40, 100, 200}, {128, 32, 8, 1, 900, 1000},
                             {64, 16, 4, 7, 30, 60}};
-  for (const AttnCase& c : cases) {
-    AttnData d(c, rng);
-    AttnRig rig(c, true);
-    rig.load(d);
-    rig.out.poison();
-    rig.scratch.poison();
-    set_past(rig.past, c.past);
-    CUDA_REQUIRE(kern::attention(rig.args(), nullptr));
-    CUDA_REQUIRE(cudaDeviceSynchronize());
-    check_attention(d, rig.out.download<uint16_t>(), rng);
-  }
+  for (const AttnCase& c : cases) run_case(c, rng);
 }
 
 TEST_CASE("attention: other GQA groupings (1 KV head, group 5, group 8)", "[gpu][attention]") {
@@ -318,17 +321,7 @@ TEST_CASE("attention: other GQA groupings (1 KV head, group 5, group 8)", "[gpu]
       {128, 8, 1, 1, 700, 800},   {128, 8, 1, 64, 40, 200},   {64, 10, 2, 3, 300, 400},
       {128, 40, 8, 130, 20, 300}, {128, 64, 8, 1, 4000, 4097}, {64, 32, 1, 33, 0, 40},
   };
-  for (const AttnCase& c : cases) {
-    AttnData d(c, rng);
-    AttnRig rig(c, true);
-    rig.load(d);
-    rig.out.poison();
-    rig.scratch.poison();
-    set_past(rig.past, c.past);
-    CUDA_REQUIRE(kern::attention(rig.args(), nullptr));
-    CUDA_REQUIRE(cudaDeviceSynchronize());
-    check_attention(d, rig.out.download<uint16_t>(), rng);
-  }
+  for (const AttnCase& c : cases) run_case(c, rng);
 }
 
 TEST_CASE("attention decode step captured once in a CUDA graph is right at every position", "[gpu][attention]") {
