@@ -195,8 +195,9 @@ struct KArgs {
   int32_t KC;                // 64-column chunks: ceil(K / 64)
   int32_t tiles;             // 16-row tiles of W: ceil(N / 16)
   const uint8_t* w[2];       // W (or gate, up for kSwiGLU)
-  size_t scale_off;          // Q formats: byte offset of the scale array
+  size_t scale_off;          // Q formats: byte offset of the scale array (of w[0] / w[1])
   uint32_t scale_off32;      // the same (weights are < 4 GiB)
+  WGroup grp;                // non-kSwiGLU: the row groups of W (w[0] alone, or Q | K | V)
   int32_t chunks_per_split;  // mma kernel: K chunks per cluster rank
   OutArgs o;
 };
@@ -317,8 +318,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) gemm_mma_kernel(co
           const int v = p / kPieces, lp = p % kPieces;
           const int rt = vt_real(v);
           const bool ok = rt < a.tiles;
-          const uint32_t off = (uint32_t(rt) * uint32_t(a.KC) + uint32_t(c)) * T::kUnit + lp * 16;
-          cp_async16(sb + v * T::kUnit + lp * 16, wsel(vt_mat(v)) + (ok ? off : 0u), ok);
+          const WLoc L = kDual ? WLoc{wsel(vt_mat(v)), a.scale_off32, rt} : locate(a.grp, rt);
+          const uint32_t off = (uint32_t(L.tile) * uint32_t(a.KC) + uint32_t(c)) * T::kUnit + lp * 16;
+          cp_async16(sb + v * T::kUnit + lp * 16, L.base + (ok ? off : 0u), ok);
         }
       }
       constexpr int kSPieces = kVT * (qw::kScaleUnitBytes / 16);
@@ -327,9 +329,9 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) gemm_mma_kernel(co
         const int v = tid / 4, lp = tid % 4;
         const int rt = vt_real(v);
         const bool ok = rt < a.tiles;
-        const uint32_t off =
-            a.scale_off32 + (uint32_t(rt) * uint32_t(a.KC) + uint32_t(c)) * qw::kScaleUnitBytes + lp * 16;
-        cp_async16(sb + kVT * T::kUnit + v * qw::kScaleUnitBytes + lp * 16, wsel(vt_mat(v)) + (ok ? off : 0u), ok);
+        const WLoc L = kDual ? WLoc{wsel(vt_mat(v)), a.scale_off32, rt} : locate(a.grp, rt);
+        const uint32_t off = L.soff + (uint32_t(L.tile) * uint32_t(a.KC) + uint32_t(c)) * qw::kScaleUnitBytes + lp * 16;
+        cp_async16(sb + kVT * T::kUnit + v * qw::kScaleUnitBytes + lp * 16, L.base + (ok ? off : 0u), ok);
       }
     }
   };
@@ -497,6 +499,8 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[w][mt][r] = 0.0f;
+  // The tile's matrix (a group member unless kSwiGLU) and unit 0.
+  const WLoc loc = kDual ? WLoc{a.w[0], uint32_t(a.scale_off), tile} : locate(a.grp, tile);
 
   for (int c0 = warp; c0 < a.KC; c0 += kw * U) {
     typename T::Raw raw[U][NM];
@@ -514,7 +518,9 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
           const __half* rg8 = ok && n + 8 < N ? wb + size_t(n + 8) * size_t(a.K) + c * 64 : nullptr;
           T::ldg_rows(raw[u][w], rg, rg8, t, c * 64 + 32 < a.K);
         } else if (ok) {
-          T::ldg_raw(raw[u][w], a.w[w], a.scale_off, size_t(tile) * size_t(a.KC) + size_t(c), lane);
+          const uint8_t* base = w == 0 ? loc.base : a.w[1];
+          const size_t soff = w == 0 ? size_t(loc.soff) : a.scale_off;
+          T::ldg_raw(raw[u][w], base, soff, size_t(w == 0 ? loc.tile : tile) * size_t(a.KC) + size_t(c), lane);
         }
       }
 #pragma unroll
@@ -724,6 +730,7 @@ cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, cudaStr
   a.w[0] = k.w[0];
   a.w[1] = k.w[1];
   a.scale_off = k.scale_off32;
+  a.grp = k.grp;
   a.o = k.o;
   return wgmma::run(a, f, ep, bt, stream);
 }
@@ -937,11 +944,26 @@ bool gemm_supported(WFormat fmt, int64_t rows, int64_t cols, const char** why) {
 }
 
 cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
-  const int64_t N = g.w.rows, K = g.w.cols;
+  const int64_t K = g.w.cols;
   const bool dual = g.ep == Epilogue::kSwiGLU;
-  if (!gemm_supported(g.w.fmt, N, K, nullptr) || g.w.data == nullptr || g.x == nullptr || g.M < 1) {
+  if (!gemm_supported(g.w.fmt, g.w.rows, K, nullptr) || g.w.data == nullptr || g.x == nullptr || g.M < 1) {
     return cudaErrorInvalidValue;
   }
+  // Row groups: w, then wcat[0], wcat[1] where present (in that order).
+  const DWeight* parts[3] = {&g.w, nullptr, nullptr};
+  int n_parts = 1;
+  for (const DWeight& c : g.wcat) {
+    if (c.data == nullptr) continue;
+    const DWeight& prev = *parts[n_parts - 1];
+    if (dual || g.w.fmt == WFormat::kF16 || c.fmt != g.w.fmt || c.cols != K || prev.rows % qw::kTileRows != 0 ||
+        !gemm_supported(c.fmt, c.rows, K, nullptr)) {
+      return cudaErrorInvalidValue;
+    }
+    parts[n_parts++] = &c;
+  }
+  int64_t N = 0;
+  for (int i = 0; i < n_parts; ++i) N += parts[i]->rows;
+  if (N > (int64_t(1) << 30)) return cudaErrorInvalidValue;
   // 16-byte activation loads: x and ldx aligned to 8 fp16.
   if (g.ldx < K || g.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0) return cudaErrorInvalidValue;
   if (g.ldo < N) return cudaErrorInvalidValue;
@@ -966,6 +988,16 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   a.w[1] = static_cast<const uint8_t*>(dual ? g.w2.data : g.w.data);
   a.scale_off = g.w.fmt == WFormat::kF16 ? 0 : qw::scales_offset(g.w.fmt, N, K);
   a.scale_off32 = uint32_t(a.scale_off);
+  {
+    int32_t tile = 0;
+    for (int i = 0; i < 3; ++i) {
+      const DWeight& d = *parts[std::min(i, n_parts - 1)];
+      a.grp.w[i] = static_cast<const uint8_t*>(d.data);
+      a.grp.soff[i] = d.fmt == WFormat::kF16 ? 0u : uint32_t(qw::scales_offset(d.fmt, d.rows, K));
+      if (i < n_parts) tile += int32_t(qw::n_tiles(d.rows));
+      if (i < 2) a.grp.tend[i] = i + 1 < n_parts ? tile : a.tiles;
+    }
+  }
   a.chunks_per_split = a.KC;
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;

@@ -1,6 +1,7 @@
-// The GEMM kernels' output side, shared by kernels/gemm.cu (mma.sync, GEMV)
-// and kernels/gemm_wgmma.cu (wgmma): where the result goes and how one pair
-// of columns of a token row is stored under each Epilogue.
+// What the GEMM kernels share, kernels/gemm.cu (mma.sync, GEMV) and
+// kernels/gemm_wgmma.cu (wgmma): the weight row groups (Q, K and V as one
+// launch), where the result goes and how one pair of columns of a token row
+// is stored under each Epilogue.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -12,6 +13,26 @@
 
 namespace qsp {
 namespace kern {
+
+// Up to three weight matrices of one format and K, stacked along the rows:
+// group i starts at global 16-row tile tend[i - 1] (tend[-1] = 0) and its
+// output columns follow the previous group's. A single matrix has
+// w[0..2] = it and tend = {tiles, tiles}.
+struct WGroup {
+  const uint8_t* w[3];
+  uint32_t soff[3];  // byte offset of each matrix's scale array
+  int32_t tend[2];
+};
+struct WLoc {
+  const uint8_t* base;
+  uint32_t soff;
+  int tile;  // tile inside that matrix
+};
+__device__ __forceinline__ WLoc locate(const WGroup& g, int tile) {
+  if (tile < g.tend[0]) return WLoc{g.w[0], g.soff[0], tile};
+  if (tile < g.tend[1]) return WLoc{g.w[1], g.soff[1], tile - g.tend[0]};
+  return WLoc{g.w[2], g.soff[2], tile - g.tend[1]};
+}
 
 struct OutArgs {
   __half* out_h;

@@ -247,28 +247,22 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
     // ---- Producer: one thread keeps kS stages in flight.
     setmaxnreg_dec<kProducerRegs>();
     if (warp != 4 * kConsumers || lane != 0) return;
-    uint32_t q_off[kVT];
-    const uint8_t* wp[kVT];
-#pragma unroll
-    for (int v = 0; v < kVT; ++v) {
-      const int mat = kDual ? v / 4 : 0;
-      int rt = kDual ? blockIdx.y * 4 + v % 4 : blockIdx.y * kVT + v;
-      rt = min(rt, a.tiles - 1);  // past the last tile: load a real one, its rows are not stored
-      wp[v] = mat ? a.w[1] : a.w[0];
-      q_off[v] = uint32_t(rt) * uint32_t(a.KC);
-    }
+    // Recomputed per stage: after setmaxnreg.dec this thread has 40 registers.
     for (int kt = 0; kt < nk; ++kt) {
       const int slot = kt % kS;
       if (kt >= kS) mbar_wait(empty0 + 8 * slot, ((kt / kS) - 1) & 1);
       const uint32_t st = base + slot * L::kStage, bar = full0 + 8 * slot;
       mbar_expect_tx(bar, L::kTx);
       tma_load_2d(st, &xmap, kt * 64, m0, bar);
-#pragma unroll
+#pragma unroll 1
       for (int v = 0; v < kVT; ++v) {
-        const uint32_t unit = q_off[v] + uint32_t(kt);
-        bulk_load(st + L::kXBytes + v * L::kUnit, wp[v] + size_t(unit) * L::kUnit, L::kUnit, bar);
+        int rt = kDual ? blockIdx.y * 4 + v % 4 : blockIdx.y * kVT + v;
+        rt = min(rt, a.tiles - 1);  // past the last tile: load a real one, its rows are not stored
+        const WLoc w = kDual ? WLoc{v / 4 ? a.w[1] : a.w[0], a.scale_off, rt} : locate(a.grp, rt);
+        const size_t unit = size_t(w.tile) * size_t(a.KC) + size_t(kt);
+        bulk_load(st + L::kXBytes + v * L::kUnit, w.base + unit * L::kUnit, L::kUnit, bar);
         bulk_load(st + L::kXBytes + L::kQBytes + v * qw::kScaleUnitBytes,
-                  wp[v] + a.scale_off + size_t(unit) * qw::kScaleUnitBytes, qw::kScaleUnitBytes, bar);
+                  w.base + w.soff + unit * qw::kScaleUnitBytes, qw::kScaleUnitBytes, bar);
       }
     }
     return;

@@ -21,7 +21,8 @@ struct Args {
   int32_t KC;             // 64-column chunks
   int32_t tiles;          // 16-row weight tiles
   const uint8_t* w[2];    // W (or gate, up for kSwiGLU) in the tiled layout
-  uint32_t scale_off;     // byte offset of the scale array
+  uint32_t scale_off;     // byte offset of the scale array (kSwiGLU: of w[0] and w[1])
+  WGroup grp;             // other epilogues: the row groups of W
   OutArgs o;
 };
 

@@ -69,6 +69,11 @@ struct GemmArgs {
   int32_t M = 0;
   DWeight w;                  // N = w.rows, K = w.cols
   DWeight w2;                 // kSwiGLU only: same shape and format as w
+  // Optional, not with kSwiGLU, Q4_0 / Q8_0 only: more weights of w's format
+  // and K whose rows follow w's (output columns w.rows .. and after), so
+  // that Q, K and V run as one launch. Every matrix but the last must have
+  // a multiple of 16 rows. Unused entries have data == nullptr.
+  DWeight wcat[2];
   Epilogue ep = Epilogue::kStoreF16;
   __half* out_h = nullptr;
   float* out_f = nullptr;

@@ -195,13 +195,13 @@ const char* ep_name(Epilogue ep) {
 //   ||out - ref|| / ||ref|| <= 2e-3 and |out - ref| <= 1e-2 rms(ref) + 2e-3 |ref|.
 void check_gemm(const Weight& w, const Weight* w2, const Acts& x, Epilogue ep, int ldo, const std::vector<int>& rows,
                 const std::vector<double>& ref, const std::vector<double>* ref2, uint64_t seed,
-                GemmPath path = GemmPath::kAuto) {
+                GemmPath path = GemmPath::kAuto, const Weight* cat0 = nullptr, const Weight* cat1 = nullptr) {
   const int M = x.M;
-  const int64_t N = w.N;
+  const int64_t N = w.N + (cat0 ? cat0->N : 0) + (cat1 ? cat1->N : 0);
   const bool half_out = ep == Epilogue::kStoreF16 || ep == Epilogue::kSwiGLU;
   const size_t esz = half_out ? 2 : 4;
   const size_t count = size_t(M) * size_t(ldo);
-  INFO("gemm " << N << "x" << w.K << " dtype " << w.dtype << " M=" << M << " ldx=" << x.ldx << " ldo=" << ldo << " "
+  INFO("gemm " << N << "x" << w.K << (cat0 ? " (row groups)" : "") << " dtype " << w.dtype << " M=" << M << " ldx=" << x.ldx << " ldo=" << ldo << " "
                << ep_name(ep) << " path " << int(path));
 
   // Initial output bytes: NaN poison, or random residuals for kAddF32.
@@ -225,6 +225,8 @@ void check_gemm(const Weight& w, const Weight* w2, const Acts& x, Epilogue ep, i
   a.out_f = half_out ? nullptr : reinterpret_cast<float*>(out.p);
   a.ldo = ldo;
   a.path = path;
+  if (cat0) a.wcat[0] = cat0->dw;
+  if (cat1) a.wcat[1] = cat1->dw;
   CUDA_REQUIRE(qsp::kern::gemm(a, nullptr));
   CUDA_REQUIRE(cudaGetLastError());
   CUDA_REQUIRE(cudaDeviceSynchronize());
@@ -426,6 +428,63 @@ TEST_CASE("gemm: every kernel path on small shapes", "[gpu][gemm][sanitize]") {
     sweep(w, w2, {40, 300}, seed++, GemmPath::kMma);
     if (wg) sweep(w, w2, {40, 300}, seed++, GemmPath::kWgmma);
   }
+}
+
+// Q, K and V as one launch (GemmArgs::wcat): the outputs are the three
+// products side by side, on every kernel family.
+TEST_CASE("gemm: row groups (Q | K | V in one launch)", "[gpu][gemm][wgmma]") {
+  QSP_REQUIRE_GPU();
+  struct Case {
+    int64_t q, k, v, K;
+  };
+  // Qwen3-8B and -0.6B projections, and a last group that ends mid-tile.
+  const Case cases[] = {{4096, 1024, 1024, 4096}, {2048, 1024, 1024, 1024}, {64, 32, 40, 160}};
+  uint64_t seed = 900;
+  const bool wg = wgmma_runs();
+  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0}) {
+    for (const Case& c : cases) {
+      Weight wq(dt, c.q, c.K, seed++), wk(dt, c.k, c.K, seed++), wv(dt, c.v, c.K, seed++);
+      const int64_t N = c.q + c.k + c.v;
+      for (int M : {1, 7, 100, 2048}) {
+        Acts x(M, int(c.K), int(c.K), seed++);
+        const std::vector<int> rows = sample_rows(M);
+        const std::vector<double> rq = reference(wq, x, rows), rk = reference(wk, x, rows), rv = reference(wv, x, rows);
+        std::vector<double> ref(rows.size() * size_t(N));
+        for (size_t j = 0; j < rows.size(); ++j) {
+          std::copy(rq.begin() + j * c.q, rq.begin() + (j + 1) * c.q, ref.begin() + j * N);
+          std::copy(rk.begin() + j * c.k, rk.begin() + (j + 1) * c.k, ref.begin() + j * N + c.q);
+          std::copy(rv.begin() + j * c.v, rv.begin() + (j + 1) * c.v, ref.begin() + j * N + c.q + c.k);
+        }
+        std::vector<GemmPath> paths = {GemmPath::kAuto};
+        if (M > 16) paths.push_back(GemmPath::kMma);
+        if (M > 16 && wg) paths.push_back(GemmPath::kWgmma);
+        for (GemmPath p : paths) {
+          check_gemm(wq, nullptr, x, Epilogue::kStoreF32, int(N) + 4, rows, ref, nullptr, seed++, p, &wk, &wv);
+          check_gemm(wq, nullptr, x, Epilogue::kAddF32, int(N), rows, ref, nullptr, seed++, p, &wk, &wv);
+        }
+      }
+    }
+  }
+  // A group whose first member is not a whole number of tiles is refused.
+  Weight a(QSP_DTYPE_Q4_0, 40, 64, 1), b(QSP_DTYPE_Q4_0, 32, 64, 2), f(QSP_DTYPE_F16, 32, 64, 3);
+  Acts x(4, 64, 64, 4);
+  DevBuf<float> out(size_t(4) * 128);
+  GemmArgs g;
+  g.x = reinterpret_cast<const __half*>(x.d.p);
+  g.ldx = 64;
+  g.M = 4;
+  g.w = a.dw;
+  g.wcat[0] = b.dw;
+  g.ep = Epilogue::kStoreF32;
+  g.out_f = out.p;
+  g.ldo = 128;
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  g.w = b.dw;
+  g.wcat[0] = f.dw;  // another format
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  g.wcat[0] = a.dw;  // 32 + 40 rows: fine
+  CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
 }
 
 TEST_CASE("gemm: LM head 151936x1024", "[gpu][gemm]") {

@@ -304,9 +304,20 @@ class CudaBackend final : public Backend {
       __half* vc = as<__half>(v_cache_) + l * layer_kv;
 
       QSP_CUDA_CHECK(kern::rmsnorm_f16(x, H, V(L.attn_norm), xn, n, H, m.rms_eps, stream_));
-      gemm(xn, H, n, W(L.wq), nullptr, kern::Epilogue::kStoreF32, nullptr, qkv, qkv_ld_);
-      gemm(xn, H, n, W(L.wk), nullptr, kern::Epilogue::kStoreF32, nullptr, qkv + Q, qkv_ld_);
-      gemm(xn, H, n, W(L.wv), nullptr, kern::Epilogue::kStoreF32, nullptr, qkv + Q + KV, qkv_ld_);
+      {
+        // Q | K | V are adjacent columns of qkv: one launch where the formats allow.
+        const kern::DWeight &wq = W(L.wq), &wk = W(L.wk), &wv = W(L.wv);
+        const bool grouped = wq.fmt != kern::WFormat::kF16 && wk.fmt == wq.fmt && wv.fmt == wq.fmt &&
+                             wq.rows % 16 == 0 && wk.rows % 16 == 0 && int64_t(wq.rows) == Q && int64_t(wk.rows) == KV;
+        if (grouped) {
+          const kern::DWeight cat[2] = {wk, wv};
+          gemm(xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, qkv, qkv_ld_, cat);
+        } else {
+          gemm(xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, qkv, qkv_ld_);
+          gemm(xn, H, n, wk, nullptr, kern::Epilogue::kStoreF32, nullptr, qkv + Q, qkv_ld_);
+          gemm(xn, H, n, wv, nullptr, kern::Epilogue::kStoreF32, nullptr, qkv + Q + KV, qkv_ld_);
+        }
+      }
 
       kern::QkRopeArgs r;
       r.qkv = qkv;
@@ -367,14 +378,16 @@ class CudaBackend final : public Backend {
                                        size_t(cfg_.n_layers) * cfg_.n_kv_heads, stream_));
   }
 
+  // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
   void gemm(const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w, const kern::DWeight* w2,
-            kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo) {
+            kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo, const kern::DWeight* cat = nullptr) {
     kern::GemmArgs g;
     g.x = x;
     g.ldx = ldx;
     g.M = M;
     g.w = w;
     if (w2) g.w2 = *w2;
+    if (cat) g.wcat[0] = cat[0], g.wcat[1] = cat[1];
     g.ep = ep;
     g.out_h = out_h;
     g.out_f = out_f;
