@@ -247,23 +247,40 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
     // ---- Producer: one thread keeps kS stages in flight.
     setmaxnreg_dec<kProducerRegs>();
     if (warp != 4 * kConsumers || lane != 0) return;
-    // Recomputed per stage: after setmaxnreg.dec this thread has 40 registers.
-    for (int kt = 0; kt < nk; ++kt) {
-      const int slot = kt % kS;
-      if (kt >= kS) mbar_wait(empty0 + 8 * slot, ((kt / kS) - 1) & 1);
-      const uint32_t st = base + slot * L::kStage, bar = full0 + 8 * slot;
-      mbar_expect_tx(bar, L::kTx);
-      tma_load_2d(st, &xmap, kt * 64, m0, bar);
-#pragma unroll 1
-      for (int v = 0; v < kVT; ++v) {
-        int rt = kDual ? blockIdx.y * 4 + v % 4 : blockIdx.y * kVT + v;
-        rt = min(rt, a.tiles - 1);  // past the last tile: load a real one, its rows are not stored
-        const WLoc w = kDual ? WLoc{v / 4 ? a.w[1] : a.w[0], a.scale_off, rt} : locate(a.grp, rt);
-        const size_t unit = size_t(w.tile) * size_t(a.KC) + size_t(kt);
-        bulk_load(st + L::kXBytes + v * L::kUnit, w.base + unit * L::kUnit, L::kUnit, bar);
-        bulk_load(st + L::kXBytes + L::kQBytes + v * qw::kScaleUnitBytes,
-                  w.base + w.soff + unit * qw::kScaleUnitBytes, qw::kScaleUnitBytes, bar);
+    // The block's weight tile v: its matrix, scale offset and tile index there.
+    // Past the last tile a real one is loaded (its rows are not stored).
+    const int r0 = kDual ? blockIdx.y * 4 : blockIdx.y * kVT;
+    auto produce = [&](auto loc) {
+      for (int kt = 0; kt < nk; ++kt) {
+        const int slot = kt % kS;
+        if (kt >= kS) mbar_wait(empty0 + 8 * slot, ((kt / kS) - 1) & 1);
+        const uint32_t st = base + slot * L::kStage, bar = full0 + 8 * slot;
+        mbar_expect_tx(bar, L::kTx);
+        tma_load_2d(st, &xmap, kt * 64, m0, bar);
+#pragma unroll
+        for (int v = 0; v < kVT; ++v) {
+          const WLoc w = loc(v);
+          const uint32_t unit = uint32_t(w.tile) * uint32_t(a.KC) + uint32_t(kt);
+          bulk_load(st + L::kXBytes + v * L::kUnit, w.base + size_t(unit) * L::kUnit, L::kUnit, bar);
+          bulk_load(st + L::kXBytes + L::kQBytes + v * qw::kScaleUnitBytes,
+                    w.base + w.soff + size_t(unit) * qw::kScaleUnitBytes, qw::kScaleUnitBytes, bar);
+        }
       }
+    };
+    if (kDual) {
+      produce([&](int v) { return WLoc{v / 4 ? a.w[1] : a.w[0], a.scale_off, min(r0 + v % 4, a.tiles - 1)}; });
+      return;
+    }
+    // One thread with 40 registers (setmaxnreg.dec) issues every copy: the
+    // lookup must not run per copy. A block inside one matrix of the row group
+    // (always for Q | K | V, whose boundaries are multiples of 128 rows) finds
+    // it once; a block across a boundary looks each tile up.
+    const int rl = min(r0 + kVT - 1, a.tiles - 1);
+    const WLoc w0 = locate(a.grp, r0), wl = locate(a.grp, rl);
+    if (wl.base == w0.base && wl.tile - w0.tile == rl - r0) {
+      produce([&](int v) { return WLoc{w0.base, w0.soff, w0.tile + min(r0 + v, a.tiles - 1) - r0}; });
+    } else {
+      produce([&](int v) { return locate(a.grp, min(r0 + v, a.tiles - 1)); });
     }
     return;
   }
