@@ -74,8 +74,10 @@ int main(int argc, char** argv) {
   std::printf("device: %s (%d SMs)\nshape: %d q heads, %d kv heads, head_dim %d, fp16, causal\n\n", prop.name,
               prop.multiProcessorCount, heads, kv_heads, head_dim);
 
-  const Case cases[] = {{"prefill", 512, 0},  {"prefill", 2048, 0}, {"prefill", 8192, 0},
-                        {"decode", 1, 2048}, {"decode", 1, 8192}};
+  const Case cases[] = {{"prefill", 128, 0},   {"prefill", 256, 0},    {"prefill", 512, 0},
+                        {"prefill", 1024, 0},  {"prefill", 2048, 0},   {"prefill", 8192, 0},
+                        {"chunk", 512, 1536},  {"chunk", 2048, 6144},  {"decode", 1, 2048},
+                        {"decode", 1, 8192}};
   const int max_seq = 8192 + 64;
   const int max_M = 8192;
   const size_t q_elems = size_t(max_M) * heads * head_dim;
@@ -119,26 +121,40 @@ int main(int argc, char** argv) {
     a.scale = 1.0f / std::sqrt(float(head_dim));
     a.scratch = scratch;
     a.scratch_bytes = scratch_bytes;
-    for (int w = 0; w < 5; ++w) CK(qsp::kern::attention(a, stream));
-    CK(cudaStreamSynchronize(stream));
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; ++r) {
-      CK(cudaEventRecord(t0, stream));
-      CK(qsp::kern::attention(a, stream));
-      CK(cudaEventRecord(t1, stream));
-      CK(cudaEventSynchronize(t1));
-      CK(cudaEventElapsedTime(&ms[r], t0, t1));
-    }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[reps / 2];
+    // Median ms of one path; < 0 when the path cannot run here.
+    auto time_path = [&](qsp::kern::AttnPath path) -> double {
+      a.path = path;
+      const cudaError_t e = qsp::kern::attention(a, stream);
+      if (e == cudaErrorNotSupported) return -1.0;
+      CK(e);
+      for (int w = 0; w < 4; ++w) CK(qsp::kern::attention(a, stream));
+      CK(cudaStreamSynchronize(stream));
+      std::vector<float> ms(reps);
+      for (int r = 0; r < reps; ++r) {
+        CK(cudaEventRecord(t0, stream));
+        CK(qsp::kern::attention(a, stream));
+        CK(cudaEventRecord(t1, stream));
+        CK(cudaEventSynchronize(t1));
+        CK(cudaEventElapsedTime(&ms[r], t0, t1));
+      }
+      std::sort(ms.begin(), ms.end());
+      return ms[reps / 2];
+    };
     const double L = double(c.past) + c.M;  // keys the last query sees
     // Causal: query m sees past + m + 1 keys; 4 flops per (query, key, dim, head).
     double pairs = 0.0;
     for (int m = 0; m < c.M; ++m) pairs += double(c.past) + m + 1;
     const double flops = 4.0 * pairs * head_dim * heads;
     const double kv_bytes = 2.0 * kv_heads * L * head_dim * 2.0;
+    const double med = time_path(qsp::kern::AttnPath::kAuto);
     std::printf("%-8s %6d %6d %10.4f %10.1f %10.1f\n", c.kind, c.M, c.past, med, flops / (med * 1e-3) / 1e12,
                 kv_bytes / (med * 1e-3) / 1e9);
+    if (c.M > 1) {
+      const double mma = time_path(qsp::kern::AttnPath::kMma), wg = time_path(qsp::kern::AttnPath::kWgmma);
+      std::printf("%-8s %6d %6d    paths: mma.sync %.1f TFLOPS", c.kind, c.M, c.past, flops / (mma * 1e-3) / 1e12);
+      if (wg > 0) std::printf(", wgmma %.1f TFLOPS", flops / (wg * 1e-3) / 1e12);
+      std::printf("\n");
+    }
   }
   CK(cudaStreamDestroy(stream));
   cudaFree(q);

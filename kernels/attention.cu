@@ -44,6 +44,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernels/attention_wgmma.h"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
 
@@ -54,64 +55,6 @@ namespace {
 // ============================================================================
 // PTX wrappers
 // ============================================================================
-// Compile-time loop: f(std::integral_constant<int, I>{}) for I = 0 .. N-1.
-// Lets per-iteration offsets be PTX immediates: with a plain unrolled loop
-// the compiler hoists every `base + i * stride` into its own register.
-template <class F, int... I>
-__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-template <int N, class F>
-__device__ __forceinline__ void static_for(F&& f) {
-  static_for_impl(f, std::make_integer_sequence<int, N>{});
-}
-
-// 16-byte global -> shared copy that bypasses L1, at [dst + kDstImm] from
-// [src + kSrcImm]; src-size 0 zero-fills the destination without reading
-// the source (keys past the valid range become zeros, never whatever the
-// cache holds there, which may be NaN).
-template <int kDstImm, int kSrcImm>
-__device__ __forceinline__ void cp_async_cg_16(uint32_t dst, const void* src, bool valid) {
-  const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%4], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n), "n"(kDstImm),
-               "n"(kSrcImm));
-}
-// Four 8x8 b16 matrices from [base + kImm] (lane i addresses row i % 8 of
-// matrix i / 8); .trans transposes each.
-template <int kImm>
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t base) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4+%5];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(base), "n"(kImm));
-}
-template <int kImm>
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t base) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4+%5];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(base), "n"(kImm));
-}
-
-// 2^x on the SFU; ex2(-inf) = 0, which is how masked scores vanish.
-__device__ __forceinline__ float ex2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
 // ============================================================================
 // Tile configuration
 // ============================================================================
@@ -880,6 +823,40 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
   // Without (enough) scratch the plan simply splits less, down to not at all.
   const size_t scratch = a.scratch && aligned16(a.scratch) ? a.scratch_bytes : 0;
   const Plan pl = make_plan(a.M, a.n_heads, a.n_kv_heads, a.head_dim, a.max_seq, n_sms, scratch);
+  if (a.path != AttnPath::kAuto && a.path != AttnPath::kMma && a.path != AttnPath::kWgmma) return cudaErrorInvalidValue;
+  // On Hopper the wgmma kernel (one 128-row block per SM, no split-KV)
+  // whenever its grid fills >= 20% of a wave or the mma.sync plan would not
+  // split either: measured 1.7-2.6x the mma.sync kernels from 128 to 8192
+  // tokens (bench/RESULTS.md). Short chunks and decode steps keep the
+  // split-KV mma.sync kernels.
+  const int group = a.n_heads / a.n_kv_heads;
+  const int wg_gp = largest_divisor_at_most(group, attn90::kBlockM);
+  const int64_t wg_blocks = int64_t((a.M + attn90::kBlockM / wg_gp - 1) / (attn90::kBlockM / wg_gp)) *
+                            a.n_kv_heads * (group / wg_gp);
+  const bool want_wgmma = a.path == AttnPath::kWgmma ||
+                          (a.path == AttnPath::kAuto && ((pl.cfg == kBig && pl.n_splits == 1) || wg_blocks * 5 >= int64_t(n_sms)));
+  if (want_wgmma) {
+    int dev = 0;
+    e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (a.head_dim == attn90::kHeadDim && attn90::available(dev)) {
+      attn90::Args w;
+      w.q = a.q;
+      w.k_cache = a.k_cache;
+      w.v_cache = a.v_cache;
+      w.out = a.out;
+      w.past = a.past;
+      w.M = a.M;
+      w.n_heads = a.n_heads;
+      w.n_kv_heads = a.n_kv_heads;
+      w.max_seq = a.max_seq;
+      w.group = group;
+      w.gp = wg_gp;
+      w.scale_log2 = a.scale * 1.4426950408889634f;
+      return attn90::run(w, stream);
+    }
+    if (a.path == AttnPath::kWgmma) return cudaErrorNotSupported;
+  }
   return a.head_dim == 128 ? run_attention<128>(a, pl, stream) : run_attention<64>(a, pl, stream);
 }
 

@@ -52,13 +52,6 @@ __device__ __forceinline__ void lds128(uint32_t& a, uint32_t& b, uint32_t& c, ui
 __device__ __forceinline__ void lds32(uint32_t& a, uint32_t addr) {
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(a) : "r"(addr));
 }
-// Four 8x8 fp16 matrices; lane l supplies the row address of matrix l / 8 and
-// receives, of each, row l / 4, cols 2 (l % 4), +1 (the mma fragment order).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 __device__ __forceinline__ void lds64(uint32_t& a, uint32_t& b, uint32_t addr) {
   asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(a), "=r"(b) : "r"(addr));
 }

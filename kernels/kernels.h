@@ -115,6 +115,7 @@ cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream);
 // One launch per layer for the whole chunk: query m (position *past + m)
 // attends to keys 0 .. *past + m of its KV head (GQA: head h uses KV head
 // h / (n_heads / n_kv_heads)), softmax(q.k * scale) v, online softmax.
+enum class AttnPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2 };
 struct AttnArgs {
   const __half* q = nullptr;       // [M][n_heads][head_dim]
   const __half* k_cache = nullptr; // [n_kv_heads][max_seq][head_dim]
@@ -128,6 +129,10 @@ struct AttnArgs {
   // the key range less (or not at all), correct but slower for small M.
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
+  // Tests and benchmarks: force one kernel family. kWgmma (the sm_90a
+  // kernel, head_dim 128, never split) returns cudaErrorNotSupported where
+  // it cannot run; kMma is the mma.sync family of every device.
+  AttnPath path = AttnPath::kAuto;
 };
 bool attention_supported(int32_t head_dim);
 // Scratch attention() can use for any chunk of M <= max_M tokens with this

@@ -3,6 +3,8 @@
 // hints) stay next to their kernel.
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include <cstdint>
 #include <utility>
 
@@ -27,6 +29,64 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Compile-time loop: f(std::integral_constant<int, I>{}) for I = 0 .. N-1.
+// Lets per-iteration offsets be PTX immediates: with a plain unrolled loop
+// the compiler hoists every `base + i * stride` into its own register.
+template <class F, int... I>
+__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_impl(f, std::make_integer_sequence<int, N>{});
+}
+
+// 16-byte global -> shared copy that bypasses L1, at [dst + kDstImm] from
+// [src + kSrcImm]; src-size 0 zero-fills the destination without reading
+// the source (keys past the valid range become zeros, never whatever the
+// cache holds there, which may be NaN).
+template <int kDstImm, int kSrcImm>
+__device__ __forceinline__ void cp_async_cg_16(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%4], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n), "n"(kDstImm),
+               "n"(kSrcImm));
+}
+// Four 8x8 b16 matrices from [base + kImm] (lane i addresses row i % 8 of
+// matrix i / 8); .trans transposes each.
+template <int kImm = 0>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t base) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4+%5];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(base), "n"(kImm));
+}
+template <int kImm = 0>
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t base) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4+%5];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(base), "n"(kImm));
+}
+
+// 2^x on the SFU; ex2(-inf) = 0, which is how masked scores vanish.
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 }  // namespace kern

@@ -291,17 +291,30 @@ TEST_CASE("attention without split-KV scratch falls back and stays correct", "[g
   }
 }
 
-// One case with split-KV scratch, outputs and scratch poisoned, vs fp64.
-static void run_case(const AttnCase& c, std::mt19937& rng) {
+// One case with split-KV scratch, outputs and scratch poisoned, vs fp64;
+// `path` forces a kernel family. Returns false (nothing run) when a forced
+// kWgmma reports itself unsupported, which only a non-Hopper device may do.
+static bool run_case(const AttnCase& c, std::mt19937& rng, kern::AttnPath path = kern::AttnPath::kAuto) {
   AttnData d(c, rng);
   AttnRig rig(c, true);
   rig.load(d);
   rig.out.poison();
   rig.scratch.poison();
   set_past(rig.past, c.past);
-  CUDA_REQUIRE(kern::attention(rig.args(), nullptr));
+  kern::AttnArgs a = rig.args();
+  a.path = path;
+  const cudaError_t e = kern::attention(a, nullptr);
+  if (path == kern::AttnPath::kWgmma && e == cudaErrorNotSupported) {
+    int dev = 0, major = 0;
+    CUDA_REQUIRE(cudaGetDevice(&dev));
+    CUDA_REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CHECK((major != 9 || c.head_dim != 128));  // Hopper must run it for head_dim 128
+    return false;
+  }
+  CUDA_REQUIRE(e);
   CUDA_REQUIRE(cudaDeviceSynchronize());
   check_attention(d, rig.out.download<uint16_t>(), rng);
+  return true;
 }
 
 // Small enough for compute-sanitizer's racecheck (minutes, not hours): each
@@ -312,6 +325,43 @@ TEST_CASE("attention: every tile configuration on small shapes", "[gpu][attentio
   const AttnCase cases[] = {{128, 32, 8, 256, 64, 400}, {128, 32, 8, 40, 100, 200}, {128, 32, 8, 1, 900, 1000},
                             {64, 16, 4, 7, 30, 60}};
   for (const AttnCase& c : cases) run_case(c, rng);
+  for (const AttnCase& c : cases) run_case(c, rng, kern::AttnPath::kMma);
+  // The sm_90a kernel: a tile crossing the cache's valid end (the poisoned
+  // V rows must be zeroed) and a group of 5 (125 useful rows per block).
+  if (!run_case({128, 32, 8, 40, 100, 200}, rng, kern::AttnPath::kWgmma))
+    std::printf("SKIPPED: wgmma attention (needs sm_90a), mma.sync attention still tested\n");
+  run_case({128, 10, 2, 33, 7, 60}, rng, kern::AttnPath::kWgmma);
+}
+
+// Both kernel families forced on the issue's prompt lengths, past 0 and a
+// cached prefix, max_seq past the end (the poisoned tail), GQA groups
+// 4, 5, 8 and 1 (gp = group, 5 packs 125 of 128 rows).
+TEST_CASE("attention: wgmma and mma.sync paths, each forced", "[gpu][attention][wgmma]") {
+  QSP_REQUIRE_GPU();
+  std::mt19937 rng(2026);
+  std::vector<AttnCase> cases;
+  for (int M : {1, 3, 17, 100, 513, 2048}) {
+    cases.push_back({128, 32, 8, M, 0, M + 37});
+    cases.push_back({128, 32, 8, M, 300, 300 + M + 129});
+  }
+  cases.push_back({128, 40, 8, 700, 50, 800});
+  cases.push_back({128, 64, 8, 257, 1000, 1300});
+  cases.push_back({128, 8, 8, 300, 0, 300});
+  cases.push_back({128, 32, 8, 4096, 4096, 8192});
+  bool wg = true;
+  for (const AttnCase& c : cases) {
+    wg = run_case(c, rng, kern::AttnPath::kWgmma) && wg;
+    if (c.M >= 100) run_case(c, rng, kern::AttnPath::kMma);
+  }
+  if (!wg) std::printf("SKIPPED: wgmma attention (needs sm_90a), mma.sync attention still tested\n");
+  // head_dim 64 has no wgmma kernel.
+  AttnCase c64{64, 16, 4, 300, 0, 400};
+  AttnRig rig(c64, true);
+  kern::AttnArgs a = rig.args();
+  a.path = kern::AttnPath::kWgmma;
+  CHECK(kern::attention(a, nullptr) == cudaErrorNotSupported);
+  a.path = static_cast<kern::AttnPath>(7);
+  CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
 }
 
 TEST_CASE("attention: other GQA groupings (1 KV head, group 5, group 8)", "[gpu][attention]") {
