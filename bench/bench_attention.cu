@@ -76,7 +76,9 @@ int main(int argc, char** argv) {
 
   const Case cases[] = {{"prefill", 128, 0},   {"prefill", 256, 0},    {"prefill", 512, 0},
                         {"prefill", 1024, 0},  {"prefill", 2048, 0},   {"prefill", 8192, 0},
-                        {"chunk", 512, 1536},  {"chunk", 2048, 6144},  {"decode", 1, 2048},
+                        {"chunk", 512, 1536},  {"chunk", 2048, 6144},  {"chunk", 64, 2048},
+                        {"chunk", 128, 2048},  {"chunk", 128, 8064},   {"chunk", 256, 7936},
+                        {"chunk", 512, 7680},  {"chunk", 1024, 7168},  {"decode", 1, 2048},
                         {"decode", 1, 8192}};
   const int max_seq = 8192 + 64;
   const int max_M = 8192;
