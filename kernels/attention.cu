@@ -825,16 +825,15 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
   const Plan pl = make_plan(a.M, a.n_heads, a.n_kv_heads, a.head_dim, a.max_seq, n_sms, scratch);
   if (a.path != AttnPath::kAuto && a.path != AttnPath::kMma && a.path != AttnPath::kWgmma) return cudaErrorInvalidValue;
   // On Hopper the wgmma kernel (one 128-row block per SM, no split-KV)
-  // whenever its grid fills >= 20% of a wave or the mma.sync plan would not
-  // split either: measured 1.7-2.6x the mma.sync kernels from 128 to 8192
-  // tokens (bench/RESULTS.md). Short chunks and decode steps keep the
-  // split-KV mma.sync kernels.
+  // whenever its grid fills >= 20% of a wave: measured 1.7-2.6x the mma.sync
+  // kernels from 128 to 8192 tokens (bench/RESULTS.md). Short chunks and
+  // decode steps keep the split-KV mma.sync kernels.
   const int group = a.n_heads / a.n_kv_heads;
   const int wg_gp = largest_divisor_at_most(group, attn90::kBlockM);
   const int64_t wg_blocks = int64_t((a.M + attn90::kBlockM / wg_gp - 1) / (attn90::kBlockM / wg_gp)) *
                             a.n_kv_heads * (group / wg_gp);
-  const bool want_wgmma = a.path == AttnPath::kWgmma ||
-                          (a.path == AttnPath::kAuto && ((pl.cfg == kBig && pl.n_splits == 1) || wg_blocks * 5 >= int64_t(n_sms)));
+  const bool want_wgmma =
+      a.path == AttnPath::kWgmma || (a.path == AttnPath::kAuto && wg_blocks * 5 >= int64_t(n_sms));
   if (want_wgmma) {
     int dev = 0;
     e = cudaGetDevice(&dev);

@@ -90,11 +90,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int n_tiles = (n_end + kBlockN - 1) / kBlockN;
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full_k + 8 * s, 1);
-      mbar_init(full_v + 8 * s, 1);
-      mbar_init(empty + 8 * s, 4 * kConsumers);
-    }
+    mbar_init_stages(full_k, kStages, 1);
+    mbar_init_stages(full_v, kStages, 1);
+    mbar_init_stages(empty, kStages, 4 * kConsumers);  // one arrive per consumer warp
     mbar_init_fence();
   }
   __syncthreads();

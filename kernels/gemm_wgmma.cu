@@ -122,10 +122,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
   const int nk = a.KC;
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kS; ++s) {
-      mbar_init(full0 + 8 * s, 1);
-      mbar_init(empty0 + 8 * s, 4 * kConsumers);
-    }
+    mbar_init_stages(full0, kS, 1);
+    mbar_init_stages(empty0, kS, 4 * kConsumers);  // one arrive per consumer warp
     mbar_init_fence();
   }
   __syncthreads();
