@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "common/quant.h"
+#include "formats/format.h"
 #include "engine/context.h"
 #include "engine/weight_cache.h"
 #include "qsp/qsp.h"
@@ -114,22 +114,10 @@ void qsp_set_log_callback(qsp_log_callback cb, void* user_data, int32_t max_leve
 }
 
 uint64_t qsp_dtype_size(int32_t dtype, uint64_t n_rows, uint64_t n_cols) {
-  const uint64_t row = qsp::dtype_row_bytes(dtype, n_cols);
-  if (row == 0 || n_rows == 0) return 0;
-  if (n_rows > UINT64_MAX / row) return 0;
-  return row * n_rows;
+  return qsp::fmt::tensor_bytes(dtype, n_rows, n_cols);
 }
 
-const char* qsp_dtype_name(int32_t dtype) {
-  switch (dtype) {
-    case QSP_DTYPE_F32: return "f32";
-    case QSP_DTYPE_F16: return "f16";
-    case QSP_DTYPE_BF16: return "bf16";
-    case QSP_DTYPE_Q4_0: return "q4_0";
-    case QSP_DTYPE_Q8_0: return "q8_0";
-    default: return "unknown";
-  }
-}
+const char* qsp_dtype_name(int32_t dtype) { return qsp::fmt::name(dtype); }
 
 int32_t qsp_backend_available(int32_t backend) {
   try {
@@ -148,12 +136,7 @@ void qsp_context_params_init(qsp_context_params* p) {
   if (!p) return;
   std::memset(p, 0, sizeof *p);
   p->struct_size = sizeof *p;
-  p->rms_eps = 1e-6f;
-  p->rope_theta = 1e6f;
-  p->rope_style = QSP_ROPE_NEOX;
-  p->qk_norm = 1;
-  p->backend = QSP_BACKEND_AUTO;
-  p->log_level = QSP_LOG_WARN;
+  qsp::ModelConfig::default_params(p);
 }
 
 qsp_status qsp_context_create(const qsp_context_params* params, qsp_context** out) {

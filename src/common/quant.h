@@ -1,12 +1,15 @@
-// Block formats and scalar conversions shared by the CPU reference, the CUDA
-// backend's upload path and the tests. GGUF/GGML define these formats; the
-// static_asserts pin the byte layout so nothing can drift.
+// Scalar conversions (fp16 / bf16, exact) and typed views of the Q4_0 / Q8_0
+// blocks for the code that builds or inspects blocks by hand (tests, the
+// synthesizer). Everything else about a format is its Format record
+// (src/formats/format.h). GGUF/GGML define the blocks; the static_asserts pin
+// the byte layout so nothing can drift.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include "formats/format.h"
 #include "qsp/qsp.h"
 
 namespace qsp {
@@ -75,33 +78,20 @@ inline uint16_t fp32_to_bf16(float f) {
   return uint16_t(x >> 16);
 }
 
-// ---- dtype facts -----------------------------------------------------------
-inline bool dtype_known(int32_t t) {
-  return t == QSP_DTYPE_F32 || t == QSP_DTYPE_F16 || t == QSP_DTYPE_BF16 || t == QSP_DTYPE_Q4_0 ||
-         t == QSP_DTYPE_Q8_0;
-}
-inline bool dtype_quantized(int32_t t) { return t == QSP_DTYPE_Q4_0 || t == QSP_DTYPE_Q8_0; }
-
+// ---- dtype facts: the format registry's (src/formats/format.h) -------------
 // Bytes of one row of n_cols elements; 0 when impossible (unknown dtype,
 // n_cols not a multiple of the block, or a size past 2^64).
 inline uint64_t dtype_row_bytes(int32_t t, uint64_t n_cols) {
-  constexpr uint64_t kMax = UINT64_MAX;
-  switch (t) {
-    case QSP_DTYPE_F32: return n_cols > kMax / 4 ? 0 : 4 * n_cols;
-    case QSP_DTYPE_F16:
-    case QSP_DTYPE_BF16: return n_cols > kMax / 2 ? 0 : 2 * n_cols;
-    case QSP_DTYPE_Q4_0:
-      return n_cols % kQBlock || n_cols / kQBlock > kMax / sizeof(BlockQ4_0) ? 0 : n_cols / kQBlock * sizeof(BlockQ4_0);
-    case QSP_DTYPE_Q8_0:
-      return n_cols % kQBlock || n_cols / kQBlock > kMax / sizeof(BlockQ8_0) ? 0 : n_cols / kQBlock * sizeof(BlockQ8_0);
-    default: return 0;
-  }
+  const fmt::Format* f = fmt::find(t);
+  return f ? f->row_bytes(n_cols) : 0;
+}
+// Dequantizes / converts one row of n_cols elements to fp32.
+inline void dequantize_row(int32_t dtype, const void* row, float* out, uint64_t n_cols) {
+  fmt::dequantize_row(dtype, row, out, n_cols);
 }
 
-// Dequantizes / converts one row of n_cols elements to fp32.
-void dequantize_row(int32_t dtype, const void* row, float* out, uint64_t n_cols);
-
-// The reference quantizers (GGML's quantize_row_q4_0_ref / q8_0_ref); n % 32 == 0.
+// The reference quantizers (GGML's quantize_row_q4_0_ref / q8_0_ref), defined
+// with their formats in src/formats/; n % 32 == 0.
 void quantize_row_q4_0(const float* x, BlockQ4_0* y, uint64_t n);
 void quantize_row_q8_0(const float* x, BlockQ8_0* y, uint64_t n);
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/quant.h"
+#include "formats/format.h"
 #include "cpu/ops.h"
 #include "engine/backend.h"
 
@@ -19,7 +19,7 @@ class CpuTensor : public Tensor {
   CpuTensor(const TensorMeta& m, const void* data) : Tensor(m) {
     if (m.role == TensorRole::kVector) {
       vec.resize(m.cols);
-      dequantize_row(m.dtype, data, vec.data(), m.cols);
+      fmt::dequantize_row(m.dtype, data, vec.data(), m.cols);
       stored_bytes = vec.size() * sizeof(float);
     } else {
       bytes.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + m.bytes);
@@ -81,20 +81,20 @@ class CpuBackend final : public Backend {
     const int64_t n = c.n, H = m.hidden, Q = m.q_dim(), KV = m.kv_dim(), F = m.ffn, D = m.head_dim;
     float* x = x_.data();
     if (c.tokens) {
-      cpu::embed(mat(w.embedding), c.tokens, n, x, pool_);
+      cpu::embed(mat(w[kTokenEmbd]), c.tokens, n, x, pool_);
     } else {
       std::copy(c.embeddings, c.embeddings + n * H, x);
     }
     for (uint32_t l = 0; l < m.n_layers; ++l) {
       const LayerTensors& L = w.layers[l];
       // Attention block.
-      cpu::rmsnorm(x, vec(L.attn_norm), xn_.data(), n, H, m.rms_eps, pool_);
-      cpu::matmul(mat(L.wq), xn_.data(), n, q_.data(), Q, pool_);
-      cpu::matmul(mat(L.wk), xn_.data(), n, k_.data(), KV, pool_);
-      cpu::matmul(mat(L.wv), xn_.data(), n, v_.data(), KV, pool_);
-      cpu::qk_norm_rope(q_.data(), n, m.n_heads, D, vec(L.q_norm), m.rms_eps, c.past, m.rope_theta,
+      cpu::rmsnorm(x, vec(L[kAttnNorm]), xn_.data(), n, H, m.rms_eps, pool_);
+      cpu::matmul(mat(L[kWq]), xn_.data(), n, q_.data(), Q, pool_);
+      cpu::matmul(mat(L[kWk]), xn_.data(), n, k_.data(), KV, pool_);
+      cpu::matmul(mat(L[kWv]), xn_.data(), n, v_.data(), KV, pool_);
+      cpu::qk_norm_rope(q_.data(), n, m.n_heads, D, vec(L[kQNorm]), m.rms_eps, c.past, m.rope_theta,
                         m.rope_style, pool_);
-      cpu::qk_norm_rope(k_.data(), n, m.n_kv_heads, D, vec(L.k_norm), m.rms_eps, c.past, m.rope_theta,
+      cpu::qk_norm_rope(k_.data(), n, m.n_kv_heads, D, vec(L[kKNorm]), m.rms_eps, c.past, m.rope_theta,
                         m.rope_style, pool_);
       float* kc = k_cache_.data() + uint64_t(l) * m.n_kv_heads * m.max_seq * D;
       float* vc = v_cache_.data() + uint64_t(l) * m.n_kv_heads * m.max_seq * D;
@@ -105,20 +105,20 @@ class CpuBackend final : public Backend {
           std::copy_n(v_.data() + t * KV + h * D, D, vc + dst);
         }
       cpu::attention(q_.data(), kc, vc, att_.data(), n, c.past, m.n_heads, m.n_kv_heads, D, m.max_seq, pool_);
-      cpu::matmul(mat(L.wo), att_.data(), n, tmp_.data(), H, pool_);
+      cpu::matmul(mat(L[kWo]), att_.data(), n, tmp_.data(), H, pool_);
       cpu::add_inplace(x, tmp_.data(), n * H, pool_);
       // Feed-forward block.
-      cpu::rmsnorm(x, vec(L.ffn_norm), xn_.data(), n, H, m.rms_eps, pool_);
-      cpu::matmul(mat(L.w_gate), xn_.data(), n, gate_.data(), F, pool_);
-      cpu::matmul(mat(L.w_up), xn_.data(), n, up_.data(), F, pool_);
+      cpu::rmsnorm(x, vec(L[kFfnNorm]), xn_.data(), n, H, m.rms_eps, pool_);
+      cpu::matmul(mat(L[kWGate]), xn_.data(), n, gate_.data(), F, pool_);
+      cpu::matmul(mat(L[kWUp]), xn_.data(), n, up_.data(), F, pool_);
       cpu::swiglu(gate_.data(), up_.data(), gate_.data(), n * F, pool_);
-      cpu::matmul(mat(L.w_down), gate_.data(), n, tmp_.data(), H, pool_);
+      cpu::matmul(mat(L[kWDown]), gate_.data(), n, tmp_.data(), H, pool_);
       cpu::add_inplace(x, tmp_.data(), n * H, pool_);
     }
     if (!c.want_logits) return;
     const float* last = x + (n - 1) * H;
-    cpu::rmsnorm(last, vec(w.out_norm), xn_.data(), 1, H, m.rms_eps, pool_);
-    cpu::matmul(mat(w.lm_head), xn_.data(), 1, logits_.data(), m.vocab, pool_);
+    cpu::rmsnorm(last, vec(w[kOutputNorm]), xn_.data(), 1, H, m.rms_eps, pool_);
+    cpu::matmul(mat(w[kLmHead]), xn_.data(), 1, logits_.data(), m.vocab, pool_);
   }
 
   const float* logits() override { return logits_.data(); }

@@ -4,7 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "common/quant.h"
+#include "formats/format.h"
+#include "qsp/qsp.h"
 
 namespace qsp {
 namespace cpu {
@@ -37,7 +38,8 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t n, int64_t dim, f
 
 void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, ThreadPool& pool) {
   const int64_t K = int64_t(W.cols);
-  const uint64_t row_bytes = dtype_row_bytes(W.dtype, W.cols);
+  const fmt::Format& f = *fmt::find(W.dtype);
+  const uint64_t row_bytes = f.row_bytes(W.cols);
   constexpr int64_t kRows = 4;  // weight rows dequantized together: each x row is read once per 4
   const int64_t n_blocks = (int64_t(W.rows) + kRows - 1) / kRows;
   pool.parallel_for(n_blocks, [&](int64_t b, int64_t e) {
@@ -45,7 +47,7 @@ void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, T
     for (int64_t blk = b; blk < e; ++blk) {
       const int64_t r0 = blk * kRows, nr = std::min<int64_t>(kRows, int64_t(W.rows) - r0);
       for (int64_t i = 0; i < nr; ++i)
-        dequantize_row(W.dtype, W.data + (r0 + i) * row_bytes, wrows.data() + i * K, K);
+        f.dequantize(W.data + (r0 + i) * row_bytes, wrows.data() + i * K, K);
       for (int64_t t = 0; t < n; ++t) {
         const float* xr = x + t * K;
         for (int64_t i = 0; i < nr; ++i) y[t * ldy + r0 + i] = dot(wrows.data() + i * K, xr, K);
@@ -55,10 +57,11 @@ void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, T
 }
 
 void embed(const Matrix& table, const int32_t* tokens, int64_t n, float* out, ThreadPool& pool) {
-  const uint64_t row_bytes = dtype_row_bytes(table.dtype, table.cols);
+  const fmt::Format& f = *fmt::find(table.dtype);
+  const uint64_t row_bytes = f.row_bytes(table.cols);
   pool.parallel_for(n, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t)
-      dequantize_row(table.dtype, table.data + uint64_t(tokens[t]) * row_bytes, out + t * table.cols, table.cols);
+      f.dequantize(table.data + uint64_t(tokens[t]) * row_bytes, out + t * table.cols, table.cols);
   });
 }
 

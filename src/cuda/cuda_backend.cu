@@ -205,7 +205,7 @@ class CudaBackend final : public Backend {
     const char* why = nullptr;
     QSP_FAIL_IF(!kern::gemm_supported(kern::format_for(m.dtype), int64_t(m.rows), int64_t(m.cols), &why),
                 QSP_ERR_UNSUPPORTED, "%s: the CUDA GEMM does not support %s %llux%llu: %s", slot,
-                qsp_dtype_name(m.dtype), (unsigned long long)m.rows, (unsigned long long)m.cols, why ? why : "");
+                fmt::name(m.dtype), (unsigned long long)m.rows, (unsigned long long)m.cols, why ? why : "");
   }
 
   std::unique_ptr<Tensor> upload(const TensorMeta& m, const void* data) override {
@@ -214,7 +214,7 @@ class CudaBackend final : public Backend {
     std::vector<uint8_t> host;
     if (m.role == TensorRole::kVector) {
       host.resize(m.cols * sizeof(float));
-      dequantize_row(m.dtype, data, reinterpret_cast<float*>(host.data()), m.cols);
+      fmt::dequantize_row(m.dtype, data, reinterpret_cast<float*>(host.data()), m.cols);
     } else {
       const kern::WFormat f = kern::format_for(m.dtype);
       host.resize(kern::dweight_bytes(f, int64_t(m.rows), int64_t(m.cols)));
@@ -290,7 +290,7 @@ class CudaBackend final : public Backend {
     float* x = as<float>(x_);
     if (c.tokens) {
       QSP_CUDA_CHECK(cudaMemcpyAsync(d_tokens, hs + 2, c.n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-      QSP_CUDA_CHECK(kern::embed(W(w.embedding), d_tokens, n, x, stream_));
+      QSP_CUDA_CHECK(kern::embed(W(w[kTokenEmbd]), d_tokens, n, x, stream_));
     } else {
       QSP_CUDA_CHECK(cudaMemcpyAsync(x, c.embeddings, size_t(c.n) * H * sizeof(float), cudaMemcpyHostToDevice,
                                      stream_));
@@ -303,10 +303,10 @@ class CudaBackend final : public Backend {
       __half* kc = as<__half>(k_cache_) + l * layer_kv;
       __half* vc = as<__half>(v_cache_) + l * layer_kv;
 
-      QSP_CUDA_CHECK(kern::rmsnorm_f16(x, H, V(L.attn_norm), xn, n, H, m.rms_eps, stream_));
+      QSP_CUDA_CHECK(kern::rmsnorm_f16(x, H, V(L[kAttnNorm]), xn, n, H, m.rms_eps, stream_));
       {
         // Q | K | V are adjacent columns of qkv: one launch where the formats allow.
-        const kern::DWeight &wq = W(L.wq), &wk = W(L.wk), &wv = W(L.wv);
+        const kern::DWeight &wq = W(L[kWq]), &wk = W(L[kWk]), &wv = W(L[kWv]);
         const bool grouped = wq.fmt != kern::WFormat::kF16 && wk.fmt == wq.fmt && wv.fmt == wq.fmt &&
                              wq.rows % 16 == 0 && wk.rows % 16 == 0 && int64_t(wq.rows) == Q && int64_t(wk.rows) == KV;
         if (grouped) {
@@ -322,8 +322,8 @@ class CudaBackend final : public Backend {
       kern::QkRopeArgs r;
       r.qkv = qkv;
       r.ld = qkv_ld_;
-      r.q_norm = V(L.q_norm);
-      r.k_norm = V(L.k_norm);
+      r.q_norm = V(L[kQNorm]);
+      r.k_norm = V(L[kKNorm]);
       r.q_out = as<__half>(q_);
       r.k_cache = kc;
       r.v_cache = vc;
@@ -354,14 +354,14 @@ class CudaBackend final : public Backend {
       a.scratch_bytes = attn_scratch_bytes_;
       QSP_CUDA_CHECK(kern::attention(a, stream_));
 
-      gemm(as<__half>(att_), Q, n, W(L.wo), nullptr, kern::Epilogue::kAddF32, nullptr, x, H);
-      QSP_CUDA_CHECK(kern::rmsnorm_f16(x, H, V(L.ffn_norm), xn, n, H, m.rms_eps, stream_));
-      gemm(xn, H, n, W(L.w_gate), &W(L.w_up), kern::Epilogue::kSwiGLU, as<__half>(act_), nullptr, F);
-      gemm(as<__half>(act_), F, n, W(L.w_down), nullptr, kern::Epilogue::kAddF32, nullptr, x, H);
+      gemm(as<__half>(att_), Q, n, W(L[kWo]), nullptr, kern::Epilogue::kAddF32, nullptr, x, H);
+      QSP_CUDA_CHECK(kern::rmsnorm_f16(x, H, V(L[kFfnNorm]), xn, n, H, m.rms_eps, stream_));
+      gemm(xn, H, n, W(L[kWGate]), &W(L[kWUp]), kern::Epilogue::kSwiGLU, as<__half>(act_), nullptr, F);
+      gemm(as<__half>(act_), F, n, W(L[kWDown]), nullptr, kern::Epilogue::kAddF32, nullptr, x, H);
     }
     if (!c.want_logits) return;
-    QSP_CUDA_CHECK(kern::rmsnorm_f16(x + size_t(n - 1) * H, H, V(w.out_norm), xn, 1, H, m.rms_eps, stream_));
-    gemm(xn, H, 1, W(w.lm_head), nullptr, kern::Epilogue::kStoreF32, nullptr, as<float>(logits_), int32_t(m.vocab));
+    QSP_CUDA_CHECK(kern::rmsnorm_f16(x + size_t(n - 1) * H, H, V(w[kOutputNorm]), xn, 1, H, m.rms_eps, stream_));
+    gemm(xn, H, 1, W(w[kLmHead]), nullptr, kern::Epilogue::kStoreF32, nullptr, as<float>(logits_), int32_t(m.vocab));
     QSP_CUDA_CHECK(kern::argmax(as<float>(logits_), int32_t(m.vocab), d_argmax, stream_));
     QSP_CUDA_CHECK(cudaMemcpyAsync(hs + 1, d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   }
@@ -399,12 +399,12 @@ class CudaBackend final : public Backend {
   std::vector<const Tensor*> weight_ids(const ModelTensors& w) const {
     std::vector<const Tensor*> ids;
     for (const LayerTensors& L : w.layers)
-      for (const TensorRef* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.q_norm, &L.k_norm, &L.wo, &L.ffn_norm,
-                                 &L.w_gate, &L.w_up, &L.w_down})
+      for (const TensorRef* t : {&L[kAttnNorm], &L[kWq], &L[kWk], &L[kWv], &L[kQNorm], &L[kKNorm], &L[kWo], &L[kFfnNorm],
+                                 &L[kWGate], &L[kWUp], &L[kWDown]})
         ids.push_back(t->get());
-    ids.push_back(w.embedding.get());
-    ids.push_back(w.out_norm.get());
-    ids.push_back(w.lm_head.get());
+    ids.push_back(w[kTokenEmbd].get());
+    ids.push_back(w[kOutputNorm].get());
+    ids.push_back(w[kLmHead].get());
     return ids;
   }
   bool same_weights(const ModelTensors& w) const { return weight_ids(w) == graph_weights_; }

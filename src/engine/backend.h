@@ -12,13 +12,9 @@
 #include <vector>
 
 #include "engine/config.h"
+#include "engine/slots.h"
 
 namespace qsp {
-
-enum class TensorRole : int32_t {
-  kVector = 0,  // a norm weight: the backend keeps it as fp32
-  kMatrix = 1,  // a projection, the embedding table or the LM head
-};
 
 struct TensorMeta {
   int32_t dtype = 0;
@@ -42,22 +38,6 @@ class Tensor {
 
   const TensorMeta meta;
   uint64_t stored_bytes = 0;  // bytes it occupies in the backend's memory
-};
-using TensorRef = std::shared_ptr<const Tensor>;
-
-struct LayerTensors {
-  TensorRef attn_norm, wq, wk, wv, q_norm, k_norm, wo, ffn_norm, w_gate, w_up, w_down;
-  bool complete(bool qk_norm) const {
-    return attn_norm && wq && wk && wv && wo && ffn_norm && w_gate && w_up && w_down &&
-           (!qk_norm || (q_norm && k_norm));
-  }
-};
-
-struct ModelTensors {
-  std::vector<LayerTensors> layers;
-  TensorRef embedding;  // needed for token-id prefill only
-  TensorRef out_norm;
-  TensorRef lm_head;
 };
 
 // The input of one prefill chunk: exactly one of tokens / embeddings is set.

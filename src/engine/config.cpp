@@ -6,6 +6,16 @@
 
 namespace qsp {
 
+void ModelConfig::default_params(qsp_context_params* p) {
+  const ModelConfig d;
+  p->rms_eps = d.rms_eps;
+  p->rope_theta = d.rope_theta;
+  p->rope_style = d.rope_style;
+  p->qk_norm = d.qk_norm ? 1 : 0;
+  p->backend = QSP_BACKEND_AUTO;
+  p->log_level = QSP_LOG_WARN;
+}
+
 ModelConfig ModelConfig::from_params(const qsp_context_params& p) {
   ModelConfig c;
   c.n_layers = p.n_layers;

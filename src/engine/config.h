@@ -26,6 +26,10 @@ struct ModelConfig {
 
   // Throws qsp::Error(QSP_ERR_SHAPE / INVALID_ARGUMENT) naming the bad field.
   static ModelConfig from_params(const qsp_context_params& p);
+  // The defaults qsp_context_params_init documents: this struct's defaults
+  // (Qwen3's rms_eps, rope_theta, NEOX RoPE, QK-norm), backend AUTO, log WARN;
+  // the model shape stays as the caller left it (zero after init).
+  static void default_params(qsp_context_params* p);
 };
 
 }  // namespace qsp

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "common/error.h"
-#include "common/quant.h"
+#include "formats/format.h"
 #include "engine/weight_cache.h"
 
 namespace qsp {
@@ -46,38 +46,40 @@ Context::Context(const qsp_context_params& p) : cfg_(ModelConfig::from_params(p)
 
 Context::~Context() = default;
 
-TensorRef Context::acquire(const qsp_tensor& t, const char* slot, TensorRole role, uint64_t rows,
-                           uint64_t cols, bool optional) {
-  if (t.handle == 0) {
-    QSP_FAIL_IF(!optional, QSP_ERR_INVALID_ARGUMENT, "%s: handle 0 (no tensor) but the tensor is required",
-                slot);
+TensorRef Context::acquire(const qsp_tensor& t, const SlotDesc& s, const char* where) {
+  if (!slot_present(s, cfg_)) {
+    QSP_FAIL_IF(t.handle != 0, QSP_ERR_INVALID_ARGUMENT, "%s given but the model has qk_norm = 0", where);
     return nullptr;
   }
-  QSP_FAIL_IF(t.reserved != 0, QSP_ERR_INVALID_ARGUMENT, "%s: reserved field must be 0", slot);
-  QSP_FAIL_IF(!dtype_known(t.dtype), QSP_ERR_DTYPE, "%s: unknown dtype %d", slot, t.dtype);
-  QSP_FAIL_IF(role == TensorRole::kVector && dtype_quantized(t.dtype), QSP_ERR_DTYPE,
-              "%s: a norm vector must be f32, f16 or bf16, not %s", slot, qsp_dtype_name(t.dtype));
+  QSP_FAIL_IF(t.handle == 0, QSP_ERR_INVALID_ARGUMENT, "%s: handle 0 (no tensor) but the tensor is required",
+              where);
+  QSP_FAIL_IF(t.reserved != 0, QSP_ERR_INVALID_ARGUMENT, "%s: reserved field must be 0", where);
+  const fmt::Format* f = fmt::find(t.dtype);
+  QSP_FAIL_IF(!f, QSP_ERR_DTYPE, "%s: unknown dtype %d (qsp knows %s)", where, t.dtype, fmt::names());
+  QSP_FAIL_IF(s.role == TensorRole::kVector && f->quantized(), QSP_ERR_DTYPE,
+              "%s: a norm vector must be f32, f16 or bf16, not %s", where, f->name);
+  const uint64_t rows = dim_value(cfg_, s.rows), cols = dim_value(cfg_, s.cols);
   QSP_FAIL_IF(t.n_rows != rows || t.n_cols != cols, QSP_ERR_SHAPE,
-              "%s: shape %llux%llu, the model needs %llux%llu", slot, (unsigned long long)t.n_rows,
+              "%s: shape %llux%llu, the model needs %llux%llu", where, (unsigned long long)t.n_rows,
               (unsigned long long)t.n_cols, (unsigned long long)rows, (unsigned long long)cols);
-  const uint64_t want = qsp_dtype_size(t.dtype, rows, cols);
-  QSP_FAIL_IF(want == 0, QSP_ERR_DTYPE, "%s: %s needs n_cols divisible by 32, got %llu", slot,
-              qsp_dtype_name(t.dtype), (unsigned long long)cols);
-  QSP_FAIL_IF(t.n_bytes != want, QSP_ERR_DTYPE, "%s: %llu bytes given, %s %llux%llu takes %llu", slot,
-              (unsigned long long)t.n_bytes, qsp_dtype_name(t.dtype), (unsigned long long)rows,
-              (unsigned long long)cols, (unsigned long long)want);
+  const uint64_t want = fmt::tensor_bytes(t.dtype, rows, cols);
+  QSP_FAIL_IF(want == 0, QSP_ERR_DTYPE, "%s: %s needs n_cols divisible by %u, got %llu", where, f->name,
+              f->block_elems, (unsigned long long)cols);
+  QSP_FAIL_IF(t.n_bytes != want, QSP_ERR_DTYPE, "%s: %llu bytes given, %s %llux%llu takes %llu", where,
+              (unsigned long long)t.n_bytes, f->name, (unsigned long long)rows, (unsigned long long)cols,
+              (unsigned long long)want);
   TensorMeta meta;
   meta.dtype = t.dtype;
   meta.rows = rows;
   meta.cols = cols;
   meta.bytes = want;
-  meta.role = role;
-  backend_->check_supported(meta, slot);
+  meta.role = s.role;
+  backend_->check_supported(meta, where);
   WeightCache& cache = WeightCache::get(backend_->kind(), backend_->device());
   const void* data = t.data;
   return cache.acquire(t.handle, meta, [&]() -> std::unique_ptr<Tensor> {
     // Only read the caller's bytes when they are actually uploaded.
-    QSP_FAIL_IF(data == nullptr, QSP_ERR_INVALID_ARGUMENT, "%s: data is NULL", slot);
+    QSP_FAIL_IF(data == nullptr, QSP_ERR_INVALID_ARGUMENT, "%s: data is NULL", where);
     return backend_->upload(meta, data);
   });
 }
@@ -86,55 +88,40 @@ void Context::upload_layer(uint32_t layer, const qsp_layer_weights& w) {
   QSP_FAIL_IF(layer >= cfg_.n_layers, QSP_ERR_OUT_OF_RANGE, "layer %u out of range (the model has %u layers)",
               layer, cfg_.n_layers);
   QSP_FAIL_IF(w.reserved != 0, QSP_ERR_INVALID_ARGUMENT, "qsp_layer_weights.reserved must be 0");
-  const auto V = TensorRole::kVector;
-  const auto M = TensorRole::kMatrix;
-  const uint64_t H = cfg_.hidden, Q = cfg_.q_dim(), KV = cfg_.kv_dim(), F = cfg_.ffn, D = cfg_.head_dim;
-  char name[13][48];
-  const char* slots[] = {"attn_norm", "wq", "wk", "wv", "q_norm", "k_norm", "wo", "ffn_norm", "w_gate", "w_up", "w_down"};
-  for (int i = 0; i < 11; ++i) std::snprintf(name[i], sizeof name[i], "layer %u %s", layer, slots[i]);
   // Build the new set aside; commit only when every slot succeeded.
   LayerTensors l;
-  l.attn_norm = acquire(w.attn_norm, name[0], V, 1, H, false);
-  l.wq = acquire(w.wq, name[1], M, Q, H, false);
-  l.wk = acquire(w.wk, name[2], M, KV, H, false);
-  l.wv = acquire(w.wv, name[3], M, KV, H, false);
-  if (cfg_.qk_norm) {
-    l.q_norm = acquire(w.q_norm, name[4], V, 1, D, false);
-    l.k_norm = acquire(w.k_norm, name[5], V, 1, D, false);
-  } else {
-    QSP_FAIL_IF(w.q_norm.handle != 0 || w.k_norm.handle != 0, QSP_ERR_INVALID_ARGUMENT,
-                "layer %u: q_norm/k_norm given but the model has qk_norm = 0", layer);
+  for (int i = 0; i < kLayerSlotCount; ++i) {
+    const SlotDesc& s = kLayerSlots[i];
+    const std::string where = strprintf("layer %u %s", layer, s.name);
+    l.t[i] = acquire(api_tensor(w, s), s, where.c_str());
   }
-  l.wo = acquire(w.wo, name[6], M, H, Q, false);
-  l.ffn_norm = acquire(w.ffn_norm, name[7], V, 1, H, false);
-  l.w_gate = acquire(w.w_gate, name[8], M, F, H, false);
-  l.w_up = acquire(w.w_up, name[9], M, F, H, false);
-  l.w_down = acquire(w.w_down, name[10], M, H, F, false);
   weights_.layers[layer] = std::move(l);
 }
 
 void Context::upload_embedding(const qsp_tensor& t) {
-  weights_.embedding = acquire(t, "token_embd", TensorRole::kMatrix, cfg_.vocab, cfg_.hidden, false);
+  const SlotDesc& s = kModelSlots[kTokenEmbd];
+  weights_[kTokenEmbd] = acquire(t, s, s.name);
 }
 
 void Context::upload_output(const qsp_output_weights& w) {
   QSP_FAIL_IF(w.reserved != 0, QSP_ERR_INVALID_ARGUMENT, "qsp_output_weights.reserved must be 0");
-  TensorRef norm = acquire(w.norm, "output_norm", TensorRole::kVector, 1, cfg_.hidden, false);
-  TensorRef head = acquire(w.lm_head, "lm_head", TensorRole::kMatrix, cfg_.vocab, cfg_.hidden, false);
-  weights_.out_norm = std::move(norm);
-  weights_.lm_head = std::move(head);
+  const SlotDesc &sn = kModelSlots[kOutputNorm], &sh = kModelSlots[kLmHead];
+  TensorRef norm = acquire(api_tensor(w, sn), sn, sn.name);
+  TensorRef head = acquire(api_tensor(w, sh), sh, sh.name);
+  weights_[kOutputNorm] = std::move(norm);
+  weights_[kLmHead] = std::move(head);
 }
 
 void Context::prefill(const int32_t* tokens, const float* embeddings, uint32_t n) {
   QSP_FAIL_IF(n == 0, QSP_ERR_INVALID_ARGUMENT, "n_tokens must be > 0");
   QSP_FAIL_IF(!tokens && !embeddings, QSP_ERR_INVALID_ARGUMENT, "%s is NULL", "input");
   for (uint32_t l = 0; l < cfg_.n_layers; ++l)
-    QSP_FAIL_IF(!weights_.layers[l].complete(cfg_.qk_norm), QSP_ERR_NOT_READY,
+    QSP_FAIL_IF(!weights_.layers[l].complete(cfg_), QSP_ERR_NOT_READY,
                 "layer %u has not been uploaded", l);
-  QSP_FAIL_IF(!weights_.out_norm || !weights_.lm_head, QSP_ERR_NOT_READY,
+  QSP_FAIL_IF(!weights_[kOutputNorm] || !weights_[kLmHead], QSP_ERR_NOT_READY,
               "the output weights (final norm, LM head) have not been uploaded");
   if (tokens) {
-    QSP_FAIL_IF(!weights_.embedding, QSP_ERR_NOT_READY, "the token embedding has not been uploaded");
+    QSP_FAIL_IF(!weights_[kTokenEmbd], QSP_ERR_NOT_READY, "the token embedding has not been uploaded");
     for (uint32_t i = 0; i < n; ++i)
       QSP_FAIL_IF(tokens[i] < 0 || uint32_t(tokens[i]) >= cfg_.vocab, QSP_ERR_OUT_OF_RANGE,
                   "token %u: id %d is outside the vocabulary [0, %u)", i, tokens[i], cfg_.vocab);

@@ -37,10 +37,9 @@ class Context {
   std::string last_error;  // set by the C layer
 
  private:
-  // Validates one slot and returns its cached tensor (nullptr for handle 0 in
-  // an optional slot).
-  TensorRef acquire(const qsp_tensor& t, const char* slot, TensorRole role, uint64_t rows, uint64_t cols,
-                    bool optional);
+  // Validates the tensor of slot s (named `where` in messages) and returns its
+  // cached tensor (nullptr for a slot this model does not have).
+  TensorRef acquire(const qsp_tensor& t, const SlotDesc& s, const char* where);
 
   ModelConfig cfg_;
   LogSink log_;

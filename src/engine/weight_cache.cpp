@@ -3,7 +3,7 @@
 #include <map>
 
 #include "common/error.h"
-#include "common/quant.h"
+#include "formats/format.h"
 
 namespace qsp {
 
@@ -33,9 +33,9 @@ TensorRef WeightCache::acquire(uint64_t handle, const TensorMeta& meta,
       QSP_FAIL_IF(!(m == meta), QSP_ERR_HANDLE_CONFLICT,
                   "handle 0x%llx is already registered as %s %llux%llu (%llu bytes, %s); "
                   "now given as %s %llux%llu (%llu bytes, %s)",
-                  (unsigned long long)handle, qsp_dtype_name(m.dtype), (unsigned long long)m.rows,
+                  (unsigned long long)handle, fmt::name(m.dtype), (unsigned long long)m.rows,
                   (unsigned long long)m.cols, (unsigned long long)m.bytes, role_name(m.role),
-                  qsp_dtype_name(meta.dtype), (unsigned long long)meta.rows,
+                  fmt::name(meta.dtype), (unsigned long long)meta.rows,
                   (unsigned long long)meta.cols, (unsigned long long)meta.bytes, role_name(meta.role));
       ++hits_;
       return t;
