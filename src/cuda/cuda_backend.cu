@@ -202,6 +202,10 @@ class CudaBackend final : public Backend {
 
   void check_supported(const TensorMeta& m, const char* slot) const override {
     if (m.role == TensorRole::kVector) return;
+    const bool known = m.dtype == QSP_DTYPE_Q4_0 || m.dtype == QSP_DTYPE_Q8_0 || m.dtype == QSP_DTYPE_F16 ||
+                       m.dtype == QSP_DTYPE_BF16 || m.dtype == QSP_DTYPE_F32;
+    QSP_FAIL_IF(!known, QSP_ERR_UNSUPPORTED, "%s: the CUDA backend has no kernels for %s weights yet", slot,
+                fmt::name(m.dtype));
     const char* why = nullptr;
     QSP_FAIL_IF(!kern::gemm_supported(kern::format_for(m.dtype), int64_t(m.rows), int64_t(m.cols), &why),
                 QSP_ERR_UNSUPPORTED, "%s: the CUDA GEMM does not support %s %llux%llu: %s", slot,
