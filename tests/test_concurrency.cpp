@@ -8,12 +8,14 @@
 #include <thread>
 #include <vector>
 
-#include "model_util.h"
+#include "support/model.h"
 
 using namespace qsp_test;
 
 namespace {
 
+// No Catch2 assertion here: it runs on worker threads (Catch2 is not
+// thread-safe); an empty vector reports the failure.
 std::vector<float> logits_of(qsp_context* ctx, const std::vector<int32_t>& tokens) {
   if (qsp_kv_clear(ctx) != QSP_OK || qsp_prefill(ctx, tokens.data(), uint32_t(tokens.size())) != QSP_OK) return {};
   const float* p = nullptr;

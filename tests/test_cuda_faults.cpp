@@ -11,17 +11,17 @@
 #include <string>
 #include <vector>
 
-#include "gpu_util.h"
-#include "model_util.h"
+#include "support/api.h"
+#include "support/cuda.h"
+#include "support/model.h"
 
 using namespace qsp_test;
 
 namespace {
 
-struct Cap {
-  explicit Cap(uint64_t bytes) { set(bytes); }
-  ~Cap() { unsetenv("QSP_DEVICE_MEMORY_LIMIT"); }
-  void set(uint64_t bytes) { setenv("QSP_DEVICE_MEMORY_LIMIT", std::to_string(bytes).c_str(), 1); }
+// QSP_DEVICE_MEMORY_LIMIT for the scope.
+struct Cap : ScopedEnv {
+  explicit Cap(uint64_t bytes) : ScopedEnv("QSP_DEVICE_MEMORY_LIMIT", std::to_string(bytes)) {}
 };
 
 ModelSpec fault_spec(uint64_t seed) {
@@ -37,28 +37,6 @@ ModelSpec fault_spec(uint64_t seed) {
   s.seed = seed;
   s.handle_base = 0xFA017000000ull + (seed << 12);
   return s;
-}
-
-qsp_cache_stats stats() {
-  qsp_cache_stats s;
-  qsp_cache_stats_init(&s);
-  REQUIRE(qsp_cache_stats_get(QSP_BACKEND_CUDA, 0, &s) == QSP_OK);
-  return s;
-}
-
-std::vector<float> logits(qsp_context* ctx, const std::vector<int32_t>& t) {
-  REQUIRE(qsp_kv_clear(ctx) == QSP_OK);
-  REQUIRE(qsp_prefill(ctx, t.data(), uint32_t(t.size())) == QSP_OK);
-  const float* p = nullptr;
-  uint32_t n = 0;
-  REQUIRE(qsp_get_logits(ctx, &p, &n) == QSP_OK);
-  return std::vector<float>(p, p + n);
-}
-
-size_t device_free() {
-  size_t free_b = 0, total = 0;
-  REQUIRE(cudaMemGetInfo(&free_b, &total) == cudaSuccess);
-  return free_b;
 }
 
 }  // namespace
@@ -88,10 +66,10 @@ TEST_CASE("cuda faults: out of device memory while uploading weights, then a ret
   {
     qsp_context* c = m.create(QSP_BACKEND_CUDA);
     REQUIRE(c);
-    ref = logits(c, tokens);
+    ref = fresh_logits(c, tokens);
     qsp_context_destroy(c);
   }
-  const qsp_cache_stats s0 = stats();
+  const qsp_cache_stats s0 = cache_stats(QSP_BACKEND_CUDA);
   qsp_context_params p = m.params;
   p.backend = QSP_BACKEND_CUDA;
   qsp_context* ctx = nullptr;
@@ -120,13 +98,13 @@ TEST_CASE("cuda faults: out of device memory while uploading weights, then a ret
     CHECK(len == 0);
   }
   // The cache holds only tensors of completed uploads (of this context).
-  const qsp_cache_stats s1 = stats();
+  const qsp_cache_stats s1 = cache_stats(QSP_BACKEND_CUDA);
   CHECK(s1.n_tensors >= s0.n_tensors);
   // Retry with the cap lifted: everything uploads, logits equal the reference.
   REQUIRE(m.upload(ctx) == QSP_OK);
-  CHECK(logits(ctx, tokens) == ref);
+  CHECK(fresh_logits(ctx, tokens) == ref);
   qsp_context_destroy(ctx);
-  const qsp_cache_stats s2 = stats();
+  const qsp_cache_stats s2 = cache_stats(QSP_BACKEND_CUDA);
   CHECK(s2.n_tensors == s0.n_tensors);
   CHECK(s2.n_bytes == s0.n_bytes);
 }
@@ -134,14 +112,14 @@ TEST_CASE("cuda faults: out of device memory while uploading weights, then a ret
 TEST_CASE("cuda faults: a second context under a cap shares and does not leak", "[gpu][faults]") {
   QSP_REQUIRE_GPU();
   TestModel m = make_model(fault_spec(3));
-  const size_t free0 = device_free();
+  const size_t free0 = device_free_bytes();
   for (int i = 0; i < 20; ++i) {
     Cap cap(uint64_t(1) << (20 + i % 8));  // 1 MiB .. 128 MiB: fails at various points
     qsp_context* c = m.create(QSP_BACKEND_CUDA);
     qsp_context_destroy(c);
   }
   // cudaFree returns memory to the driver; allow the allocator's slack.
-  CHECK(device_free() + (64u << 20) >= free0);
+  CHECK(device_free_bytes() + (64u << 20) >= free0);
   qsp_context* c = m.create(QSP_BACKEND_CUDA);
   REQUIRE(c);
   qsp_context_destroy(c);
@@ -156,8 +134,8 @@ TEST_CASE("cuda soak: prefill/clear cycles on several contexts, memory flat", "[
     REQUIRE(ctxs.back());
   }
   const std::vector<int32_t> tokens = random_tokens(512, m.spec.vocab, 1);
-  const std::vector<float> ref = logits(ctxs[0], std::vector<int32_t>(tokens.begin(), tokens.begin() + 100));
-  const size_t free0 = device_free();
+  const std::vector<float> ref = fresh_logits(ctxs[0], std::vector<int32_t>(tokens.begin(), tokens.begin() + 100));
+  const size_t free0 = device_free_bytes();
   int cycles = 0;
   for (int i = 0; i < 3000; ++i) {
     qsp_context* c = ctxs[i % 3];
@@ -171,9 +149,9 @@ TEST_CASE("cuda soak: prefill/clear cycles on several contexts, memory flat", "[
     }
     ++cycles;
   }
-  const size_t free1 = device_free();
+  const size_t free1 = device_free_bytes();
   std::printf("soak: %d cycles, device free %zu -> %zu bytes\n", cycles, free0, free1);
   CHECK(free1 == free0);
-  CHECK(logits(ctxs[1], std::vector<int32_t>(tokens.begin(), tokens.begin() + 100)) == ref);
+  CHECK(fresh_logits(ctxs[1], std::vector<int32_t>(tokens.begin(), tokens.begin() + 100)) == ref);
   for (qsp_context* c : ctxs) qsp_context_destroy(c);
 }

@@ -10,8 +10,9 @@
 #include <cstdlib>
 #include <vector>
 
-#include "gpu_util.h"
-#include "model_util.h"
+#include "support/api.h"
+#include "support/cuda.h"
+#include "support/model.h"
 
 using namespace qsp_test;
 
@@ -93,9 +94,9 @@ ModelSpec llama_shape(int32_t wtype, uint64_t seed) {
   return s;
 }
 
-struct Poison {
-  Poison() { setenv("QSP_POISON", "1", 1); }
-  ~Poison() { unsetenv("QSP_POISON"); }
+// QSP_POISON=1 for the scope: NaN in scratch and logits before each chunk.
+struct Poison : ScopedEnv {
+  Poison() : ScopedEnv("QSP_POISON", "1") {}
 };
 
 void compare_lengths(const ModelSpec& spec, const std::vector<uint32_t>& lengths) {

@@ -1,7 +1,7 @@
 // The CPU forward pass, driven through the public C API, against a naive
 // float64 transformer written here from the specification in qsp.h (nothing
 // from src/cpu is used). Weights are the exact dequantized values of the
-// random test models (tests/model_util.h).
+// random test models (tests/support/model.h).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -12,7 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "model_util.h"
+#include "support/api.h"
+#include "support/model.h"
+#include "support/ref.h"
 #include "qsp/qsp.h"
 
 using namespace qsp_test;
@@ -39,29 +41,6 @@ Vec matvec(const HostTensor& W, const Vec& x) {
   return y;
 }
 
-// x / sqrt(mean(x^2) + eps) * w over x[off .. off + dim).
-void rmsnorm_inplace(double* x, size_t dim, const HostTensor& w, double eps) {
-  if (w.values.size() != dim) FAIL("reference rmsnorm: bad weight size");
-  double ss = 0.0;
-  for (size_t i = 0; i < dim; ++i) ss += x[i] * x[i];
-  const double inv = 1.0 / std::sqrt(ss / double(dim) + eps);
-  for (size_t i = 0; i < dim; ++i) x[i] = x[i] * inv * double(w.values[i]);
-}
-
-// RoPE of one head vector at position pos: freq_i = theta^(-2i/d), i < d/2; NEOX
-// rotates (i, i + d/2), interleaved (2i, 2i+1); (a, b) -> (a cos - b sin, a sin + b cos).
-void rope_inplace(double* v, size_t d, size_t pos, double theta, int32_t style) {
-  for (size_t i = 0; i < d / 2; ++i) {
-    const double freq = std::pow(theta, -2.0 * double(i) / double(d));
-    const double ang = double(pos) * freq;
-    const size_t i0 = style == QSP_ROPE_NEOX ? i : 2 * i;
-    const size_t i1 = style == QSP_ROPE_NEOX ? i + d / 2 : 2 * i + 1;
-    const double a = v[i0], b = v[i1];
-    v[i0] = a * std::cos(ang) - b * std::sin(ang);
-    v[i1] = a * std::sin(ang) + b * std::cos(ang);
-  }
-}
-
 // The input rows (n x hidden) for token ids: the dequantized embedding rows.
 std::vector<Vec> embed(const TestModel& m, const std::vector<int32_t>& tokens) {
   std::vector<Vec> x;
@@ -84,17 +63,17 @@ std::vector<Vec> reference_logits(const TestModel& m, std::vector<Vec> x, const 
     std::vector<Vec> q(n), k(n), v(n);
     for (size_t t = 0; t < n; ++t) {
       Vec xn = x[t];
-      rmsnorm_inplace(xn.data(), H, L[kAttnNorm], eps);
+      ref::rmsnorm(xn.data(), H, L[kAttnNorm].values.data(), eps);
       q[t] = matvec(L[kWq], xn);
       k[t] = matvec(L[kWk], xn);
       v[t] = matvec(L[kWv], xn);
       for (size_t h = 0; h < NH; ++h) {
-        if (p.qk_norm) rmsnorm_inplace(q[t].data() + h * D, D, L[kQNorm], eps);
-        rope_inplace(q[t].data() + h * D, D, t, theta, p.rope_style);
+        if (p.qk_norm) ref::rmsnorm(q[t].data() + h * D, D, L[kQNorm].values.data(), eps);
+        ref::rope(q[t].data() + h * D, D, t, theta, p.rope_style);
       }
       for (size_t h = 0; h < NKV; ++h) {
-        if (p.qk_norm) rmsnorm_inplace(k[t].data() + h * D, D, L[kKNorm], eps);
-        rope_inplace(k[t].data() + h * D, D, t, theta, p.rope_style);
+        if (p.qk_norm) ref::rmsnorm(k[t].data() + h * D, D, L[kKNorm].values.data(), eps);
+        ref::rope(k[t].data() + h * D, D, t, theta, p.rope_style);
       }
     }
     const double scale = 1.0 / std::sqrt(double(D));
@@ -118,10 +97,10 @@ std::vector<Vec> reference_logits(const TestModel& m, std::vector<Vec> x, const 
       const Vec o = matvec(L[kWo], att);
       for (size_t i = 0; i < H; ++i) x[t][i] += o[i];
       Vec xn = x[t];
-      rmsnorm_inplace(xn.data(), H, L[kFfnNorm], eps);
+      ref::rmsnorm(xn.data(), H, L[kFfnNorm].values.data(), eps);
       const Vec g = matvec(L[kWGate], xn), u = matvec(L[kWUp], xn);
       Vec a(g.size());
-      for (size_t i = 0; i < a.size(); ++i) a[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      for (size_t i = 0; i < a.size(); ++i) a[i] = ref::silu(g[i]) * u[i];
       const Vec dn = matvec(L[kWDown], a);
       for (size_t i = 0; i < H; ++i) x[t][i] += dn[i];
     }
@@ -130,7 +109,7 @@ std::vector<Vec> reference_logits(const TestModel& m, std::vector<Vec> x, const 
   for (size_t pos : positions) {
     REQUIRE(pos < n);
     Vec xn = x[pos];
-    rmsnorm_inplace(xn.data(), H, m.out_norm, eps);
+    ref::rmsnorm(xn.data(), H, m.out_norm.values.data(), eps);
     out.push_back(matvec(m.head(), xn));
   }
   return out;
@@ -140,22 +119,12 @@ std::vector<Vec> reference_logits(const TestModel& m, std::vector<Vec> x, const 
 
 double rel_l2_ref(const std::vector<float>& a, const Vec& ref) {
   REQUIRE(a.size() == ref.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  REQUIRE(den > 0);
-  return std::sqrt(num / den);
+  return rel_l2(a, ref);
 }
 
 double rel_l2_f(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());
   return rel_l2(a.data(), b.data(), a.size());
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 TestModel make(ModelSpec s) {
@@ -168,31 +137,6 @@ qsp_context* create_ctx(const TestModel& m, uint32_t max_seq = 0) {
   qsp_context* ctx = m.create(QSP_BACKEND_CPU, max_seq);
   REQUIRE(ctx != nullptr);
   return ctx;
-}
-
-// The logits after a prefill; also checks get_logits and copy_logits agree.
-std::vector<float> logits_of(qsp_context* ctx, uint32_t vocab) {
-  const float* p = nullptr;
-  uint32_t nv = 0;
-  REQUIRE(qsp_get_logits(ctx, &p, &nv) == QSP_OK);
-  REQUIRE(p != nullptr);
-  REQUIRE(nv == vocab);
-  std::vector<float> out(vocab);
-  REQUIRE(qsp_copy_logits(ctx, out.data(), vocab) == QSP_OK);
-  REQUIRE(std::memcmp(out.data(), p, vocab * sizeof(float)) == 0);
-  REQUIRE(std::all_of(out.begin(), out.end(), [](float v) { return std::isfinite(v); }));
-  return out;
-}
-
-void prefill(qsp_context* ctx, const int32_t* tok, uint32_t n) {
-  INFO("prefill of " << n << " tokens: " << qsp_context_last_error(ctx));
-  REQUIRE(qsp_prefill(ctx, tok, n) == QSP_OK);
-}
-
-uint32_t kv_len(qsp_context* ctx) {
-  uint32_t n = 12345;
-  REQUIRE(qsp_kv_length(ctx, &n) == QSP_OK);
-  return n;
 }
 
 // qsp_greedy_token is the argmax of the library's logits (lowest id on ties) and,
@@ -220,7 +164,7 @@ void check_against_reference(const TestModel& m, uint64_t token_seed) {
   const std::vector<Vec> ref = reference_logits(m, embed(m, tokens), positions);
   for (size_t i = 0; i < lens.size(); ++i) {
     REQUIRE(qsp_kv_clear(ctx) == QSP_OK);
-    prefill(ctx, tokens.data(), uint32_t(lens[i]));
+    prefill_ok(ctx, tokens.data(), uint32_t(lens[i]));
     REQUIRE(kv_len(ctx) == lens[i]);
     const std::vector<float> lib = logits_of(ctx, m.spec.vocab);
     const double rel = rel_l2_ref(lib, ref[i]);
@@ -240,12 +184,6 @@ ModelSpec spec(uint64_t test_id) {
   return s;
 }
 
-qsp_cache_stats cache_stats() {
-  qsp_cache_stats s;
-  qsp_cache_stats_init(&s);
-  REQUIRE(qsp_cache_stats_get(QSP_BACKEND_CPU, 0, &s) == QSP_OK);
-  return s;
-}
 
 }  // namespace
 
@@ -381,19 +319,19 @@ TEST_CASE("forward: a prompt longer than the backend's internal chunk", "[forwar
   const std::vector<int32_t> tokens = random_tokens(300, s.vocab, 26);
   const std::vector<Vec> ref = reference_logits(m, embed(m, tokens), {255, 256, 299});
   // 256 + 1 token, then the whole 300 at once (split internally), then 150 + 150.
-  prefill(ctx, tokens.data(), 256);
+  prefill_ok(ctx, tokens.data(), 256);
   const double r255 = rel_l2_ref(logits_of(ctx, s.vocab), ref[0]);
-  prefill(ctx, tokens.data() + 256, 1);
+  prefill_ok(ctx, tokens.data() + 256, 1);
   const double r256 = rel_l2_ref(logits_of(ctx, s.vocab), ref[1]);
   REQUIRE(qsp_kv_clear(ctx) == QSP_OK);
-  prefill(ctx, tokens.data(), 300);
+  prefill_ok(ctx, tokens.data(), 300);
   REQUIRE(kv_len(ctx) == 300);
   const std::vector<float> all = logits_of(ctx, s.vocab);
   const double r299 = rel_l2_ref(all, ref[2]);
   check_argmax(ctx, all, ref[2]);
   REQUIRE(qsp_kv_clear(ctx) == QSP_OK);
-  prefill(ctx, tokens.data(), 150);
-  prefill(ctx, tokens.data() + 150, 150);
+  prefill_ok(ctx, tokens.data(), 150);
+  prefill_ok(ctx, tokens.data() + 150, 150);
   const double rchunk = rel_l2_f(logits_of(ctx, s.vocab), all);
   INFO("rel L2 vs float64 at positions 255 / 256 / 299: " << r255 << " / " << r256 << " / " << r299
                                                        << "; 150+150 vs 300 at once: " << rchunk);
@@ -415,16 +353,16 @@ TEST_CASE("forward: a prompt fed in chunks equals the prompt fed at once", "[for
 
   SECTION("100 = 1 + 30 + 69") {
     const std::vector<Vec> ref = reference_logits(m, embed(m, tokens), {0, 30, 99});
-    prefill(ctx, tokens.data(), 100);
+    prefill_ok(ctx, tokens.data(), 100);
     const std::vector<float> whole = logits_of(ctx, s.vocab);
     REQUIRE(qsp_kv_clear(ctx) == QSP_OK);
-    prefill(ctx, tokens.data(), 1);
+    prefill_ok(ctx, tokens.data(), 1);
     REQUIRE(kv_len(ctx) == 1);
     const double r0 = rel_l2_ref(logits_of(ctx, s.vocab), ref[0]);
-    prefill(ctx, tokens.data() + 1, 30);
+    prefill_ok(ctx, tokens.data() + 1, 30);
     REQUIRE(kv_len(ctx) == 31);
     const double r30 = rel_l2_ref(logits_of(ctx, s.vocab), ref[1]);
-    prefill(ctx, tokens.data() + 31, 69);
+    prefill_ok(ctx, tokens.data() + 31, 69);
     REQUIRE(kv_len(ctx) == 100);
     const std::vector<float> chunked = logits_of(ctx, s.vocab);
     const double r99 = rel_l2_ref(chunked, ref[2]);
@@ -439,13 +377,13 @@ TEST_CASE("forward: a prompt fed in chunks equals the prompt fed at once", "[for
     std::vector<size_t> positions;
     for (size_t i = 0; i < 17; ++i) positions.push_back(i);
     const std::vector<Vec> ref = reference_logits(m, embed(m, std::vector<int32_t>(tokens.begin(), tokens.begin() + 17)), positions);
-    prefill(ctx, tokens.data(), 17);
+    prefill_ok(ctx, tokens.data(), 17);
     const std::vector<float> whole = logits_of(ctx, s.vocab);
     REQUIRE(qsp_kv_clear(ctx) == QSP_OK);
     double worst = 0;
     std::vector<float> last;
     for (uint32_t i = 0; i < 17; ++i) {
-      prefill(ctx, tokens.data() + i, 1);
+      prefill_ok(ctx, tokens.data() + i, 1);
       REQUIRE(kv_len(ctx) == i + 1);
       last = logits_of(ctx, s.vocab);
       worst = std::max(worst, rel_l2_ref(last, ref[i]));
@@ -469,7 +407,7 @@ TEST_CASE("forward: qsp_prefill_embeddings with the embedded rows equals qsp_pre
   for (int32_t t : tokens)
     rows.insert(rows.end(), m.embd.values.begin() + uint64_t(t) * s.hidden,
                 m.embd.values.begin() + uint64_t(t + 1) * s.hidden);
-  prefill(ctx, tokens.data(), 60);
+  prefill_ok(ctx, tokens.data(), 60);
   const std::vector<float> by_id = logits_of(ctx, s.vocab);
   REQUIRE(qsp_kv_clear(ctx) == QSP_OK);
 
@@ -481,9 +419,9 @@ TEST_CASE("forward: qsp_prefill_embeddings with the embedded rows equals qsp_pre
     CHECK(r <= 1e-6);
   }
   SECTION("ids, then embeddings, then ids again (the positions continue)") {
-    prefill(ctx, tokens.data(), 20);
+    prefill_ok(ctx, tokens.data(), 20);
     REQUIRE(qsp_prefill_embeddings(ctx, rows.data() + 20 * s.hidden, 25) == QSP_OK);
-    prefill(ctx, tokens.data() + 45, 15);
+    prefill_ok(ctx, tokens.data() + 45, 15);
     REQUIRE(kv_len(ctx) == 60);
     const double r = rel_l2_f(logits_of(ctx, s.vocab), by_id);
     INFO("mixed vs ids: " << r);
@@ -513,7 +451,7 @@ TEST_CASE("forward: kv_truncate then re-prefill reproduces the logits", "[forwar
   TestModel m = make(s);
   qsp_context* ctx = create_ctx(m);
   const std::vector<int32_t> tokens = random_tokens(100, s.vocab, 29);
-  prefill(ctx, tokens.data(), 100);
+  prefill_ok(ctx, tokens.data(), 100);
   const std::vector<float> full = logits_of(ctx, s.vocab);
 
   SECTION("truncate to 40, feed the dropped 60 again") {
@@ -521,7 +459,7 @@ TEST_CASE("forward: kv_truncate then re-prefill reproduces the logits", "[forwar
     REQUIRE(kv_len(ctx) == 40);
     const float* p = nullptr;
     REQUIRE(qsp_get_logits(ctx, &p, nullptr) == QSP_ERR_NOT_READY);  // truncation forgets the logits
-    prefill(ctx, tokens.data() + 40, 60);
+    prefill_ok(ctx, tokens.data() + 40, 60);
     REQUIRE(kv_len(ctx) == 100);
     const double r = rel_l2_f(logits_of(ctx, s.vocab), full);
     INFO("after truncate + re-prefill: " << r);
@@ -533,7 +471,7 @@ TEST_CASE("forward: kv_truncate then re-prefill reproduces the logits", "[forwar
     other.insert(other.end(), tail.begin(), tail.end());
     const std::vector<Vec> ref = reference_logits(m, embed(m, other), {59});
     REQUIRE(qsp_kv_truncate(ctx, 40) == QSP_OK);
-    prefill(ctx, tail.data(), 20);
+    prefill_ok(ctx, tail.data(), 20);
     REQUIRE(kv_len(ctx) == 60);
     const std::vector<float> lib = logits_of(ctx, s.vocab);
     const double r = rel_l2_ref(lib, ref[0]);
@@ -546,7 +484,7 @@ TEST_CASE("forward: kv_truncate then re-prefill reproduces the logits", "[forwar
     REQUIRE(kv_len(ctx) == 100);
     REQUIRE(qsp_kv_truncate(ctx, 0) == QSP_OK);
     REQUIRE(kv_len(ctx) == 0);
-    prefill(ctx, tokens.data(), 100);
+    prefill_ok(ctx, tokens.data(), 100);
     REQUIRE(bit_equal(logits_of(ctx, s.vocab), full));
   }
   qsp_context_destroy(ctx);
@@ -558,16 +496,16 @@ TEST_CASE("forward: kv_clear then prefill reproduces the first run", "[forward]"
   qsp_context* ctx = create_ctx(m);
   const std::vector<int32_t> tokens = random_tokens(17, s.vocab, 31);
   const std::vector<int32_t> more = random_tokens(33, s.vocab, 32);
-  prefill(ctx, tokens.data(), 17);
+  prefill_ok(ctx, tokens.data(), 17);
   const std::vector<float> first = logits_of(ctx, s.vocab);
-  prefill(ctx, more.data(), 33);  // something else in the cache
+  prefill_ok(ctx, more.data(), 33);  // something else in the cache
   REQUIRE(kv_len(ctx) == 50);
   REQUIRE_FALSE(bit_equal(logits_of(ctx, s.vocab), first));
   REQUIRE(qsp_kv_clear(ctx) == QSP_OK);
   REQUIRE(kv_len(ctx) == 0);
   const float* p = nullptr;
   REQUIRE(qsp_get_logits(ctx, &p, nullptr) == QSP_ERR_NOT_READY);
-  prefill(ctx, tokens.data(), 17);
+  prefill_ok(ctx, tokens.data(), 17);
   REQUIRE(kv_len(ctx) == 17);
   REQUIRE(bit_equal(logits_of(ctx, s.vocab), first));
   qsp_context_destroy(ctx);
@@ -588,7 +526,7 @@ TEST_CASE("forward: a second context uploads nothing; destroying all contexts fr
   CHECK(s1.n_uploads == s0.n_uploads + n_per_model);
   CHECK(s1.n_hits == s0.n_hits);
   CHECK(s1.n_bytes > s0.n_bytes);
-  prefill(a, tokens.data(), 17);
+  prefill_ok(a, tokens.data(), 17);
   const std::vector<float> la = logits_of(a, s.vocab);
 
   qsp_context* b = create_ctx(m);
@@ -597,14 +535,14 @@ TEST_CASE("forward: a second context uploads nothing; destroying all contexts fr
   CHECK(s2.n_bytes == s1.n_bytes);
   CHECK(s2.n_uploads == s1.n_uploads);
   CHECK(s2.n_hits == s1.n_hits + n_per_model);
-  prefill(b, tokens.data(), 17);
+  prefill_ok(b, tokens.data(), 17);
   REQUIRE(bit_equal(logits_of(b, s.vocab), la));
 
   // The weights live as long as any context uses them.
   qsp_context_destroy(a);
   CHECK(cache_stats().n_tensors == s1.n_tensors);
   REQUIRE(qsp_kv_clear(b) == QSP_OK);
-  prefill(b, tokens.data(), 17);
+  prefill_ok(b, tokens.data(), 17);
   REQUIRE(bit_equal(logits_of(b, s.vocab), la));
   qsp_context_destroy(b);
   const qsp_cache_stats s3 = cache_stats();
@@ -614,7 +552,7 @@ TEST_CASE("forward: a second context uploads nothing; destroying all contexts fr
   // A new context after that uploads again.
   qsp_context* c = create_ctx(m);
   CHECK(cache_stats().n_uploads == s3.n_uploads + n_per_model);
-  prefill(c, tokens.data(), 17);
+  prefill_ok(c, tokens.data(), 17);
   REQUIRE(bit_equal(logits_of(c, s.vocab), la));
   qsp_context_destroy(c);
   CHECK(cache_stats().n_tensors == s0.n_tensors);
@@ -649,10 +587,10 @@ TEST_CASE("forward: contexts sharing weights run concurrently from two threads",
   std::vector<float> want1, want2;
   {
     qsp_context* c = create_ctx(m);
-    prefill(c, t1.data(), 40);
+    prefill_ok(c, t1.data(), 40);
     want1 = logits_of(c, s.vocab);
     REQUIRE(qsp_kv_clear(c) == QSP_OK);
-    prefill(c, t2.data(), 40);
+    prefill_ok(c, t2.data(), 40);
     want2 = logits_of(c, s.vocab);
     qsp_context_destroy(c);
   }

@@ -137,5 +137,23 @@ void add_inplace(float* y, const float* x, int64_t count, ThreadPool& pool) {
   });
 }
 
+void kv_write(const float* k, const float* v, int64_t n, int64_t past, int64_t n_kv_heads, int64_t head_dim,
+              int64_t max_seq, float* k_cache, float* v_cache) {
+  const int64_t kv = n_kv_heads * head_dim;
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < n_kv_heads; ++h) {
+      const int64_t dst = (h * max_seq + past + t) * head_dim;
+      std::copy_n(k + t * kv + h * head_dim, head_dim, k_cache + dst);
+      std::copy_n(v + t * kv + h * head_dim, head_dim, v_cache + dst);
+    }
+}
+
+int32_t argmax(const float* v, int64_t n) {
+  int64_t best = -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isnan(v[i]) && (best < 0 || v[i] > v[best])) best = i;
+  return best < 0 ? 0 : int32_t(best);
+}
+
 }  // namespace cpu
 }  // namespace qsp

@@ -43,5 +43,15 @@ void swiglu(const float* gate, const float* up, float* out, int64_t count, Threa
 // y[i] += x[i].
 void add_inplace(float* y, const float* x, int64_t count, ThreadPool& pool);
 
+// Copies the chunk's K and V rows (k, v: [n][n_kv_heads * head_dim]) into the
+// cache ([n_kv_heads][max_seq][head_dim]) at positions past .. past + n - 1.
+void kv_write(const float* k, const float* v, int64_t n, int64_t past, int64_t n_kv_heads, int64_t head_dim,
+              int64_t max_seq, float* k_cache, float* v_cache);
+
+// The lowest index of the maximum of v[0..n); NaN never wins; 0 when every
+// value is NaN (the contract of kern::argmax, which the GPU op tests compare
+// against).
+int32_t argmax(const float* v, int64_t n);
+
 }  // namespace cpu
 }  // namespace qsp

@@ -1,18 +1,44 @@
 // Random tiny (or real-shaped) models for the tests: host tensors of
 // realistic scale (never zeros), quantized with the reference quantizers,
 // plus everything needed to upload them through the public C API.
+// Plain C++ (no Catch2, no CUDA).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/quant.h"
 #include "qsp/qsp.h"
+#include "ref.h"
 
 namespace qsp_test {
+
+// rows x cols fp32 values -> the bytes of `dtype` (GGUF layout, reference
+// quantizers; F16 / BF16 round to nearest even; F32 as is).
+inline std::vector<uint8_t> quantize_rows(int32_t dtype, const float* src, uint64_t rows, uint64_t cols) {
+  std::vector<uint8_t> bytes(qsp_dtype_size(dtype, rows, cols));
+  const uint64_t row_bytes = rows ? bytes.size() / rows : 0;
+  for (uint64_t r = 0; r < rows; ++r) {
+    const float* x = src + r * cols;
+    uint8_t* dst = bytes.data() + r * row_bytes;
+    switch (dtype) {
+      case QSP_DTYPE_Q4_0: qsp::quantize_row_q4_0(x, reinterpret_cast<qsp::BlockQ4_0*>(dst), cols); break;
+      case QSP_DTYPE_Q8_0: qsp::quantize_row_q8_0(x, reinterpret_cast<qsp::BlockQ8_0*>(dst), cols); break;
+      case QSP_DTYPE_F16:
+        for (uint64_t c = 0; c < cols; ++c) reinterpret_cast<uint16_t*>(dst)[c] = qsp::fp32_to_fp16(x[c]);
+        break;
+      case QSP_DTYPE_BF16:
+        for (uint64_t c = 0; c < cols; ++c) reinterpret_cast<uint16_t*>(dst)[c] = qsp::fp32_to_bf16(x[c]);
+        break;
+      default: std::memcpy(dst, x, cols * sizeof(float)); break;
+    }
+  }
+  return bytes;
+}
 
 struct HostTensor {
   uint64_t handle = 0;
@@ -55,25 +81,11 @@ inline HostTensor make_tensor(std::mt19937_64& rng, uint64_t handle, int32_t dty
   std::normal_distribution<float> nd(mean, stddev);
   std::vector<float> src(rows * cols);
   for (auto& v : src) v = nd(rng);
-  t.bytes.resize(qsp_dtype_size(dtype, rows, cols));
+  t.bytes = quantize_rows(dtype, src.data(), rows, cols);
   t.values.resize(rows * cols);
   const uint64_t row_bytes = t.bytes.size() / rows;
-  for (uint64_t r = 0; r < rows; ++r) {
-    const float* x = src.data() + r * cols;
-    uint8_t* dst = t.bytes.data() + r * row_bytes;
-    switch (dtype) {
-      case QSP_DTYPE_Q4_0: qsp::quantize_row_q4_0(x, reinterpret_cast<qsp::BlockQ4_0*>(dst), cols); break;
-      case QSP_DTYPE_Q8_0: qsp::quantize_row_q8_0(x, reinterpret_cast<qsp::BlockQ8_0*>(dst), cols); break;
-      case QSP_DTYPE_F16:
-        for (uint64_t c = 0; c < cols; ++c) reinterpret_cast<uint16_t*>(dst)[c] = qsp::fp32_to_fp16(x[c]);
-        break;
-      case QSP_DTYPE_BF16:
-        for (uint64_t c = 0; c < cols; ++c) reinterpret_cast<uint16_t*>(dst)[c] = qsp::fp32_to_bf16(x[c]);
-        break;
-      default: std::memcpy(dst, x, cols * sizeof(float)); break;
-    }
-    qsp::dequantize_row(dtype, dst, t.values.data() + r * cols, cols);
-  }
+  for (uint64_t r = 0; r < rows; ++r)
+    qsp::dequantize_row(dtype, t.bytes.data() + r * row_bytes, t.values.data() + r * cols, cols);
   return t;
 }
 
@@ -193,16 +205,6 @@ inline std::vector<int32_t> random_tokens(uint32_t n, uint32_t vocab, uint64_t s
   std::vector<int32_t> t(n);
   for (auto& x : t) x = d(rng);
   return t;
-}
-
-inline double rel_l2(const float* a, const float* ref, size_t n) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double d = double(a[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return std::sqrt(num / (den > 0 ? den : 1e-300));
 }
 
 }  // namespace qsp_test

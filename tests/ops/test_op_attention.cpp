@@ -1,0 +1,162 @@
+// Causal GQA flash attention (kern::attention) against the CPU backend's
+// attention (attention_check.h has the comparison and its tolerance):
+// prefill, chunked prefill (past > 0), decode (M = 1), split-KV with and
+// without scratch, each kernel family forced, GQA groups 1, 2, 4, 5, 8 and
+// MQA, head_dim 64 and 128, CUDA graph replay at moving positions. A case is
+// one line: {head_dim, n_heads, n_kv_heads, M, past, max_seq}.
+#include "ops/attention_check.h"
+
+using namespace qsp_test;
+
+namespace {
+
+constexpr kern::AttnPath kAuto = kern::AttnPath::kAuto, kMma = kern::AttnPath::kMma, kWgmma = kern::AttnPath::kWgmma;
+
+}  // namespace
+
+TEST_CASE("op attention: prefill, chunked prefill, decode, GQA", "[gpu][attention]") {
+  QSP_REQUIRE_GPU();
+  REQUIRE(kern::attention_supported(64));
+  REQUIRE(kern::attention_supported(128));
+  REQUIRE_FALSE(kern::attention_supported(96));
+  // The cross product: head_dim x GQA 1, 2, 4 x the prompt lengths x past 0,
+  // a few, a long cached prefix; max_seq 37 past the end (poisoned tail).
+  std::vector<AttnCase> cases;
+  for (int D : {64, 128})
+    for (const auto& hh : {std::make_pair(8, 8), std::make_pair(16, 8), std::make_pair(32, 8)})
+      for (int M : {1, 3, 17, 100, 513, 2048})
+        for (int past : {0, 5, 1000}) cases.push_back({D, hh.first, hh.second, M, past, past + M + 37});
+  Rng rng(1234);
+  for (const AttnCase& c : cases) run_attention_case(c, rng);
+}
+
+TEST_CASE("op attention: without split-KV scratch falls back and stays correct", "[gpu][attention]") {
+  QSP_REQUIRE_GPU();
+  const AttnCase cases[] = {
+      {128, 32, 8, 1, 1500, 1601},
+      {128, 32, 8, 3, 1500, 1603},
+      {128, 32, 8, 100, 1500, 1700},
+  };
+  Rng rng(77);
+  for (const AttnCase& c : cases) run_attention_case(c, rng, kAuto, /*with_scratch=*/false);
+}
+
+// Small enough for compute-sanitizer's racecheck (minutes, not hours): each
+// tile configuration (kBig, kMid, kSmall with split-KV) once, auto and mma.sync.
+TEST_CASE("op attention: every tile configuration on small shapes", "[gpu][attention][sanitize]") {
+  QSP_REQUIRE_GPU();
+  const AttnCase cases[] = {
+      {128, 32, 8, 256, 64, 400},
+      {128, 32, 8, 40, 100, 200},
+      {128, 32, 8, 1, 900, 1000},
+      {64, 16, 4, 7, 30, 60},
+  };
+  Rng rng(31);
+  for (const AttnCase& c : cases) run_attention_case(c, rng);
+  for (const AttnCase& c : cases) run_attention_case(c, rng, kMma);
+  // The sm_90a kernel: a tile crossing the cache's valid end (the poisoned
+  // V rows must be zeroed) and a group of 5 (125 useful rows per block).
+  if (!run_attention_case({128, 32, 8, 40, 100, 200}, rng, kWgmma))
+    std::printf("SKIPPED: wgmma attention (needs sm_90a), mma.sync attention still tested\n");
+  run_attention_case({128, 10, 2, 33, 7, 60}, rng, kWgmma);
+}
+
+// Both kernel families forced on the prompt lengths, past 0 and a cached
+// prefix, max_seq past the end (the poisoned tail), GQA groups 4, 5, 8 and 1
+// (group 5 packs 125 of 128 rows); mma.sync from M = 100 on.
+TEST_CASE("op attention: wgmma and mma.sync paths, each forced", "[gpu][attention][wgmma]") {
+  QSP_REQUIRE_GPU();
+  std::vector<AttnCase> cases;
+  for (int M : {1, 3, 17, 100, 513, 2048}) {
+    cases.push_back({128, 32, 8, M, 0, M + 37});
+    cases.push_back({128, 32, 8, M, 300, 300 + M + 129});
+  }
+  cases.push_back({128, 40, 8, 700, 50, 800});
+  cases.push_back({128, 64, 8, 257, 1000, 1300});
+  cases.push_back({128, 8, 8, 300, 0, 300});
+  cases.push_back({128, 32, 8, 4096, 4096, 8192});
+  Rng rng(2026);
+  bool wg = true;
+  for (const AttnCase& c : cases) {
+    wg = run_attention_case(c, rng, kWgmma) && wg;
+    if (c.M >= 100) run_attention_case(c, rng, kMma);
+  }
+  if (!wg) std::printf("SKIPPED: wgmma attention (needs sm_90a), mma.sync attention still tested\n");
+  // head_dim 64 has no wgmma kernel.
+  AttnRig rig(AttnCase{64, 16, 4, 300, 0, 400}, true);
+  kern::AttnArgs a = rig.args();
+  a.path = kWgmma;
+  CHECK(kern::attention(a, nullptr) == cudaErrorNotSupported);
+  a.path = static_cast<kern::AttnPath>(7);
+  CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
+}
+
+TEST_CASE("op attention: other GQA groupings (1 KV head, group 5, group 8) and real shapes", "[gpu][attention]") {
+  QSP_REQUIRE_GPU();
+  const AttnCase cases[] = {
+      {128, 8, 1, 1, 700, 800},    {128, 8, 1, 64, 40, 200},     {64, 10, 2, 3, 300, 400},
+      {128, 40, 8, 130, 20, 300},  {128, 64, 8, 1, 4000, 4097},  {64, 32, 1, 33, 0, 40},
+      {128, 16, 8, 513, 0, 600},   // Qwen3-0.6B
+      {128, 32, 8, 100, 17, 200},  // Qwen3-8B, a short second chunk
+  };
+  Rng rng(99);
+  for (const AttnCase& c : cases) run_attention_case(c, rng);
+}
+
+TEST_CASE("op attention: decode step captured once in a CUDA graph is right at every position", "[gpu][attention]") {
+  QSP_REQUIRE_GPU();
+  Rng rng(4242);
+  for (int D : {64, 128}) {
+    // One cache, filled up to its end; each replay attends to a prefix.
+    const int max_seq = 3000;
+    const AttnCase full{D, 32, 8, 1, max_seq - 1, max_seq};
+    AttnData d(full, rng);
+    AttnRig rig(full, true);
+    rig.load(d);
+    cudaStream_t stream = nullptr;
+    CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    set_past(rig.past, 0);
+    CUDA_REQUIRE(kern::attention(rig.args(), stream));  // warm-up outside the capture
+    CUDA_REQUIRE(cudaStreamSynchronize(stream));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const cudaError_t launch = kern::attention(rig.args(), stream);
+    CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
+    CUDA_REQUIRE(launch);
+    CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+    for (int past : {0, 1, 63, 64, 65, 700, 2047, max_seq - 1}) {
+      set_past(rig.past, past);
+      rig.out.poison();
+      CUDA_REQUIRE(cudaDeviceSynchronize());  // the stream is non-blocking: order the copies first
+      CUDA_REQUIRE(cudaGraphLaunch(exec, stream));
+      CUDA_REQUIRE(cudaStreamSynchronize(stream));
+      INFO("graph replay at past " << past);
+      check_attention(d, past, rig.out.download<uint16_t>(), rng);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+TEST_CASE("op attention: rejects unsupported arguments", "[gpu][attention]") {
+  QSP_REQUIRE_GPU();
+  AttnRig rig(AttnCase{128, 8, 4, 4, 0, 16}, true);
+  kern::AttnArgs a = rig.args();
+  a.head_dim = 96;
+  CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
+  a = rig.args();
+  a.n_kv_heads = 3;
+  CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
+  a = rig.args();
+  a.past = nullptr;
+  CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
+  a = rig.args();
+  a.M = 0;
+  CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
+  a = rig.args();
+  a.max_seq = 2;  // fewer slots than the chunk
+  CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
+  CHECK(cudaGetLastError() == cudaSuccess);
+}

@@ -1,0 +1,245 @@
+// GEMM / GEMV (kern::gemm, every weight dtype, every epilogue, each kernel
+// path forced, row groups) against the CPU backend's matmul (+ swiglu) on
+// the same inputs; the comparison and its tolerance are in gemm_check.h.
+// A case is one line of a table: weight dtype, N x K, token counts, paths.
+#include "ops/gemm_check.h"
+
+using namespace qsp_test;
+using qsp::kern::WFormat;
+
+namespace {
+
+constexpr GemmPath kAuto = GemmPath::kAuto, kMma = GemmPath::kMma, kWgmma = GemmPath::kWgmma;
+
+struct GemmCase {
+  int32_t dtype;  // the GGUF dtype uploaded (BF16 / F32 become fp16 weights)
+  int64_t N, K;
+  std::vector<int> Ms;
+  std::vector<GemmPath> paths;
+};
+
+// Runs every path of every case: a fresh (w = gate, w2 = up) pair per case,
+// all epilogues for each M. kWgmma cases are skipped, loudly, where the
+// sm_90a kernel cannot run (a Hopper GPU must run it).
+void run_cases(const std::vector<GemmCase>& cases, uint64_t seed) {
+  bool wg_checked = false, wg = false;
+  for (const GemmCase& c : cases) {
+    OpWeight w(c.dtype, c.N, c.K, seed++), w2(c.dtype, c.N, c.K, seed++);
+    for (GemmPath p : c.paths) {
+      if (p == kWgmma) {
+        if (!wg_checked) {
+          wg = gemm_wgmma_runs();
+          wg_checked = true;
+          if (device_major() == 9) CHECK(wg);  // a Hopper GPU must get the Hopper kernel
+          if (!wg) std::printf("SKIPPED: wgmma GEMM path (needs sm_90a), the other paths still tested\n");
+        }
+        if (!wg) continue;
+      }
+      gemm_sweep(w, w2, c.Ms, seed++, p);
+    }
+  }
+}
+
+const std::vector<int> kAllMs = {1, 2, 3, 7, 17, 100, 513, 2048};
+const std::vector<int> kMidMs = {17, 100, 513};
+
+}  // namespace
+
+// Real layer shapes (Qwen3-0.6B: 1024 hidden, 3072 ffn) plus tile-edge ones:
+// N not a multiple of 16 / 128 / 256, K a multiple of 32 but not of 64.
+TEST_CASE("op gemm: Q4_0 / Q8_0 / F16, all epilogues, small and medium shapes", "[gpu][gemm]") {
+  QSP_REQUIRE_GPU();
+  run_cases({
+                {QSP_DTYPE_Q4_0, 1024, 1024, kAllMs, {kAuto}},
+                {QSP_DTYPE_Q4_0, 3072, 1024, kAllMs, {kAuto}},
+                {QSP_DTYPE_Q4_0, 1024, 3072, kAllMs, {kAuto}},
+                {QSP_DTYPE_Q4_0, 96, 256, kAllMs, {kAuto}},
+                {QSP_DTYPE_Q4_0, 40, 96, kAllMs, {kAuto}},
+                {QSP_DTYPE_Q4_0, 1000, 160, kAllMs, {kAuto}},
+                {QSP_DTYPE_Q8_0, 1024, 1024, kAllMs, {kAuto}},
+                {QSP_DTYPE_Q8_0, 3072, 1024, kAllMs, {kAuto}},
+                {QSP_DTYPE_Q8_0, 1024, 3072, kAllMs, {kAuto}},
+                {QSP_DTYPE_Q8_0, 96, 256, kAllMs, {kAuto}},
+                {QSP_DTYPE_Q8_0, 40, 96, kAllMs, {kAuto}},
+                {QSP_DTYPE_Q8_0, 1000, 160, kAllMs, {kAuto}},
+                {QSP_DTYPE_F16, 1024, 1024, kAllMs, {kAuto}},
+                {QSP_DTYPE_F16, 3072, 1024, kAllMs, {kAuto}},
+                {QSP_DTYPE_F16, 1024, 3072, kAllMs, {kAuto}},
+                {QSP_DTYPE_BF16, 96, 256, kAllMs, {kAuto}},  // converted to fp16 at upload
+                {QSP_DTYPE_F32, 40, 96, kAllMs, {kAuto}},    // converted to fp16 at upload
+                {QSP_DTYPE_F16, 1000, 160, kAllMs, {kAuto}},
+                {QSP_DTYPE_Q8_0, 1024, 2048, {1, 3, 17, 100, 513}, {kAuto}},  // Qwen3-0.6B o_proj
+            },
+            1);
+}
+
+// Qwen3-8B shapes: q/o 4096 x 4096, gate/up 12288 x 4096, down 4096 x 12288.
+TEST_CASE("op gemm: large prefill shapes", "[gpu][gemm]") {
+  QSP_REQUIRE_GPU();
+  run_cases({
+                {QSP_DTYPE_Q4_0, 4096, 4096, {1, 16, 2048}, {kAuto}},
+                {QSP_DTYPE_Q4_0, 12288, 4096, {7, 513}, {kAuto}},
+                {QSP_DTYPE_Q8_0, 4096, 4096, {1, 16, 2048}, {kAuto}},
+                {QSP_DTYPE_Q8_0, 12288, 4096, {7, 513}, {kAuto}},
+                {QSP_DTYPE_F16, 4096, 4096, {1, 2048}, {kAuto}},
+                {QSP_DTYPE_Q4_0, 4096, 12288, {3, 100}, {kAuto}},
+            },
+            100);
+}
+
+// Each kernel family forced on its own (kAuto above mixes them by shape):
+// wgmma (sm_90a only) and mma.sync (what sm_80 / sm_89 run) where both can
+// run, including partial tiles in every dimension and K ending half way
+// through a 64-column chunk.
+TEST_CASE("op gemm: wgmma and mma.sync paths, each forced", "[gpu][gemm][wgmma]") {
+  QSP_REQUIRE_GPU();
+  run_cases({
+                {QSP_DTYPE_Q4_0, 4096, 4096, {17, 300, 2048}, {kWgmma, kMma}},
+                {QSP_DTYPE_Q4_0, 1000, 160, kMidMs, {kWgmma, kMma}},
+                {QSP_DTYPE_Q4_0, 96, 256, kMidMs, {kWgmma, kMma}},
+                {QSP_DTYPE_Q4_0, 40, 96, kMidMs, {kWgmma, kMma}},
+                {QSP_DTYPE_Q4_0, 3072, 1024, kMidMs, {kWgmma, kMma}},
+                {QSP_DTYPE_Q8_0, 4096, 4096, {17, 300, 2048}, {kWgmma, kMma}},
+                {QSP_DTYPE_Q8_0, 1000, 160, kMidMs, {kWgmma, kMma}},
+                {QSP_DTYPE_Q8_0, 96, 256, kMidMs, {kWgmma, kMma}},
+                {QSP_DTYPE_Q8_0, 40, 96, kMidMs, {kWgmma, kMma}},
+                {QSP_DTYPE_Q8_0, 3072, 1024, kMidMs, {kWgmma, kMma}},
+            },
+            500);
+  // What the wgmma path refuses: fp16 weights and M <= 16 (the GEMV's).
+  OpWeight wf(QSP_DTYPE_F16, 128, 64, 9);
+  OpActs x(32, 64, 64, 10);
+  DevBuf out(size_t(32) * 128 * 4);
+  GemmArgs a = forced_wgmma(wf, x, out.as<float>());
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorNotSupported);
+  OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
+  a.w = wq.dw;
+  a.M = 16;
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorNotSupported);
+  CUDA_REQUIRE(cudaGetLastError());
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+}
+
+// Small enough for compute-sanitizer's racecheck: the GEMV (M <= 8 and
+// <= 16), mma.sync (cluster split-K where the plan takes it) and wgmma
+// (both token tiles), every epilogue, Q4_0 / Q8_0 / F16.
+TEST_CASE("op gemm: every kernel path on small shapes", "[gpu][gemm][sanitize]") {
+  QSP_REQUIRE_GPU();
+  run_cases({
+                {QSP_DTYPE_Q4_0, 256, 256, {1, 9, 40, 300}, {kAuto}},
+                {QSP_DTYPE_Q4_0, 256, 256, {40, 300}, {kMma, kWgmma}},
+                {QSP_DTYPE_Q8_0, 256, 256, {1, 9, 40, 300}, {kAuto}},
+                {QSP_DTYPE_Q8_0, 256, 256, {40, 300}, {kMma, kWgmma}},
+                {QSP_DTYPE_F16, 256, 256, {1, 9, 40, 300}, {kAuto}},
+            },
+            700);
+}
+
+namespace {
+
+struct RowGroupCase {
+  int32_t dtype;
+  int64_t q, k, v, K;  // the three groups' rows, and K
+};
+
+}  // namespace
+
+// Q, K and V as one launch (GemmArgs::wcat): the outputs are the three
+// products side by side, on every kernel family.
+TEST_CASE("op gemm: row groups (Q | K | V in one launch)", "[gpu][gemm][wgmma]") {
+  QSP_REQUIRE_GPU();
+  // Qwen3-8B and -0.6B projections, and a last group that ends mid-tile.
+  const RowGroupCase cases[] = {
+      {QSP_DTYPE_Q4_0, 4096, 1024, 1024, 4096}, {QSP_DTYPE_Q4_0, 2048, 1024, 1024, 1024},
+      {QSP_DTYPE_Q4_0, 64, 32, 40, 160},        {QSP_DTYPE_Q8_0, 4096, 1024, 1024, 4096},
+      {QSP_DTYPE_Q8_0, 2048, 1024, 1024, 1024}, {QSP_DTYPE_Q8_0, 64, 32, 40, 160},
+  };
+  uint64_t seed = 900;
+  const bool wg = gemm_wgmma_runs();
+  for (const RowGroupCase& c : cases) {
+    OpWeight wq(c.dtype, c.q, c.K, seed++), wk(c.dtype, c.k, c.K, seed++), wv(c.dtype, c.v, c.K, seed++);
+    const int64_t N = c.q + c.k + c.v;
+    for (int M : {1, 7, 100, 2048}) {
+      OpActs x(M, int(c.K), int(c.K), seed++);
+      const std::vector<int> rows = sample_rows(M);
+      const std::vector<float> rq = cpu_matmul(wq, x, rows), rk = cpu_matmul(wk, x, rows), rv = cpu_matmul(wv, x, rows);
+      std::vector<float> ref(rows.size() * size_t(N));
+      for (size_t j = 0; j < rows.size(); ++j) {
+        std::copy(rq.begin() + j * c.q, rq.begin() + (j + 1) * c.q, ref.begin() + j * N);
+        std::copy(rk.begin() + j * c.k, rk.begin() + (j + 1) * c.k, ref.begin() + j * N + c.q);
+        std::copy(rv.begin() + j * c.v, rv.begin() + (j + 1) * c.v, ref.begin() + j * N + c.q + c.k);
+      }
+      std::vector<GemmPath> paths = {kAuto};
+      if (M > 16) paths.push_back(kMma);
+      if (M > 16 && wg) paths.push_back(kWgmma);
+      for (GemmPath p : paths) {
+        check_gemm(wq, nullptr, x, Epilogue::kStoreF32, int(N) + 4, rows, ref, nullptr, seed++, p, &wk, &wv);
+        check_gemm(wq, nullptr, x, Epilogue::kAddF32, int(N), rows, ref, nullptr, seed++, p, &wk, &wv);
+      }
+    }
+  }
+  // A group whose first member is not a whole number of tiles is refused.
+  OpWeight a(QSP_DTYPE_Q4_0, 40, 64, 1), b(QSP_DTYPE_Q4_0, 32, 64, 2), f(QSP_DTYPE_F16, 32, 64, 3);
+  OpActs x(4, 64, 64, 4);
+  DevBuf out(size_t(4) * 128 * 4);
+  GemmArgs g;
+  g.x = x.ptr();
+  g.ldx = 64;
+  g.M = 4;
+  g.w = a.dw;
+  g.wcat[0] = b.dw;
+  g.ep = Epilogue::kStoreF32;
+  g.out_f = out.as<float>();
+  g.ldo = 128;
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  g.w = b.dw;
+  g.wcat[0] = f.dw;  // another format
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  g.wcat[0] = a.dw;  // 32 + 40 rows: fine
+  CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+}
+
+TEST_CASE("op gemm: rejects unsupported input without launching", "[gpu][gemm]") {
+  QSP_REQUIRE_GPU();
+  const char* why = nullptr;
+  CHECK_FALSE(qsp::kern::gemm_supported(WFormat::kQ4_0, 64, 48, &why));
+  CHECK(why != nullptr);
+  CHECK_FALSE(qsp::kern::gemm_supported(WFormat::kQ8_0, 0, 64, &why));
+  CHECK(qsp::kern::gemm_supported(WFormat::kF16, 96, 256, &why));
+
+  OpWeight w(QSP_DTYPE_Q4_0, 64, 128, 7), w_other(QSP_DTYPE_Q4_0, 64, 256, 8);
+  OpActs x(4, 128, 128, 9);
+  DevBuf out(size_t(4) * 64 * 4);
+  GemmArgs good;
+  good.x = x.ptr();
+  good.ldx = 128;
+  good.M = 4;
+  good.w = w.dw;
+  good.ep = Epilogue::kStoreF32;
+  good.out_f = out.as<float>();
+  good.ldo = 64;
+  CUDA_REQUIRE(qsp::kern::gemm(good, nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+
+  std::vector<GemmArgs> bad(11, good);
+  bad[0].M = 0;
+  bad[1].x = nullptr;
+  bad[2].ldx = 120;                         // < K
+  bad[3].ldx = 132;                         // not a multiple of 8
+  bad[4].ldo = 63;                          // < N
+  bad[5].out_f = nullptr;                   // kStoreF32 without out_f
+  bad[6].ep = Epilogue::kSwiGLU;            // no w2 (and no out_h)
+  bad[6].out_h = out.as<__half>();
+  bad[7] = bad[6];
+  bad[7].w2 = w_other.dw;                   // w2 of another shape
+  bad[8].w.cols = 48;                       // K not a multiple of 32
+  bad[9].ep = static_cast<Epilogue>(7);
+  bad[10].path = static_cast<GemmPath>(5);
+  for (size_t i = 0; i < bad.size(); ++i) {
+    INFO("bad case " << i);
+    CHECK(qsp::kern::gemm(bad[i], nullptr) == cudaErrorInvalidValue);
+  }
+  CUDA_REQUIRE(cudaGetLastError());
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+}
