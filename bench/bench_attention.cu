@@ -19,18 +19,10 @@
 #include <cstring>
 #include <vector>
 
+#include "../tests/support/check.h"
 #include "kernels/kernels.h"
 
 namespace {
-
-#define CK(x)                                                                                    \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 // Deterministic pseudo-random fp16 in about [-scale, scale].
 __global__ void fill_random(__half* p, size_t n, uint32_t seed, float scale) {
@@ -70,7 +62,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
+  QSP_CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s (%d SMs)\nshape: %d q heads, %d kv heads, head_dim %d, fp16, causal\n\n", prop.name,
               prop.multiProcessorCount, heads, kv_heads, head_dim);
 
@@ -86,29 +78,29 @@ int main(int argc, char** argv) {
   const size_t kv_elems = size_t(kv_heads) * max_seq * head_dim;
   __half *q, *k, *v, *out;
   int32_t* d_past;
-  CK(cudaMalloc(&q, q_elems * 2));
-  CK(cudaMalloc(&out, q_elems * 2));
-  CK(cudaMalloc(&k, kv_elems * 2));
-  CK(cudaMalloc(&v, kv_elems * 2));
-  CK(cudaMalloc(&d_past, sizeof(int32_t)));
+  QSP_CK(cudaMalloc(&q, q_elems * 2));
+  QSP_CK(cudaMalloc(&out, q_elems * 2));
+  QSP_CK(cudaMalloc(&k, kv_elems * 2));
+  QSP_CK(cudaMalloc(&v, kv_elems * 2));
+  QSP_CK(cudaMalloc(&d_past, sizeof(int32_t)));
   fill_random<<<1024, 256>>>(q, q_elems, 1u, 2.0f);
   fill_random<<<1024, 256>>>(k, kv_elems, 2u, 2.0f);
   fill_random<<<1024, 256>>>(v, kv_elems, 3u, 1.0f);
-  CK(cudaGetLastError());
+  QSP_CK(cudaGetLastError());
   const size_t scratch_bytes = qsp::kern::attention_scratch_bytes(max_M, heads, head_dim, max_seq);
   void* scratch = nullptr;
-  if (scratch_bytes) CK(cudaMalloc(&scratch, scratch_bytes));
+  if (scratch_bytes) QSP_CK(cudaMalloc(&scratch, scratch_bytes));
   std::printf("split-KV scratch: %.2f MB\n\n", scratch_bytes / 1e6);
 
   cudaStream_t stream;
-  CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  QSP_CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaEvent_t t0, t1;
-  CK(cudaEventCreate(&t0));
-  CK(cudaEventCreate(&t1));
+  QSP_CK(cudaEventCreate(&t0));
+  QSP_CK(cudaEventCreate(&t1));
 
   std::printf("%-8s %6s %6s %10s %10s %10s\n", "kind", "M", "past", "ms", "TFLOPS", "KV GB/s");
   for (const Case& c : cases) {
-    CK(cudaMemcpy(d_past, &c.past, sizeof(int32_t), cudaMemcpyHostToDevice));
+    QSP_CK(cudaMemcpy(d_past, &c.past, sizeof(int32_t), cudaMemcpyHostToDevice));
     qsp::kern::AttnArgs a;
     a.q = q;
     a.k_cache = k;
@@ -128,16 +120,16 @@ int main(int argc, char** argv) {
       a.path = path;
       const cudaError_t e = qsp::kern::attention(a, stream);
       if (e == cudaErrorNotSupported) return -1.0;
-      CK(e);
-      for (int w = 0; w < 4; ++w) CK(qsp::kern::attention(a, stream));
-      CK(cudaStreamSynchronize(stream));
+      QSP_CK(e);
+      for (int w = 0; w < 4; ++w) QSP_CK(qsp::kern::attention(a, stream));
+      QSP_CK(cudaStreamSynchronize(stream));
       std::vector<float> ms(reps);
       for (int r = 0; r < reps; ++r) {
-        CK(cudaEventRecord(t0, stream));
-        CK(qsp::kern::attention(a, stream));
-        CK(cudaEventRecord(t1, stream));
-        CK(cudaEventSynchronize(t1));
-        CK(cudaEventElapsedTime(&ms[r], t0, t1));
+        QSP_CK(cudaEventRecord(t0, stream));
+        QSP_CK(qsp::kern::attention(a, stream));
+        QSP_CK(cudaEventRecord(t1, stream));
+        QSP_CK(cudaEventSynchronize(t1));
+        QSP_CK(cudaEventElapsedTime(&ms[r], t0, t1));
       }
       std::sort(ms.begin(), ms.end());
       return ms[reps / 2];
@@ -158,7 +150,7 @@ int main(int argc, char** argv) {
       std::printf("\n");
     }
   }
-  CK(cudaStreamDestroy(stream));
+  QSP_CK(cudaStreamDestroy(stream));
   cudaFree(q);
   cudaFree(k);
   cudaFree(v);

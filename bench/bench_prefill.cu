@@ -20,10 +20,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "../tests/support/check.h"
+#include "../tests/support/rng.h"
 #include "common/quant.h"
 #include "kernels/kernels.h"
 #include "qsp/qsp.h"
@@ -39,22 +40,6 @@ const Shape kShapes[] = {
     {"qwen3-8b", 36, 4096, 12288, 32, 8, 128, 151936},
 };
 
-#define CK(x)                                                                          \
-  do {                                                                                 \
-    cudaError_t e_ = (x);                                                              \
-    if (e_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
-  } while (0)
-#define QK(x)                                                                                  \
-  do {                                                                                         \
-    qsp_status s_ = (x);                                                                       \
-    if (s_ != QSP_OK) {                                                                        \
-      std::fprintf(stderr, "%s failed: %s: %s\n", #x, qsp_status_string(s_), qsp_last_error()); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
 #define BK(x)                                                              \
   do {                                                                     \
     cublasStatus_t s_ = (x);                                               \
@@ -79,19 +64,9 @@ double total_flops(const Shape& s, double n, double past) {
 
 // Fast random bytes for quantized weights: random nibbles / int8 with fp16
 // scales drawn around what trained models carry (~0.6/sqrt(K) per element).
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-};
-
 std::vector<uint8_t> random_quant(int32_t dtype, uint64_t rows, uint64_t cols, uint64_t seed) {
   std::vector<uint8_t> b(qsp_dtype_size(dtype, rows, cols));
-  Rng r{seed * 0x9E3779B97F4A7C15ull | 1};
+  qsp_test::Rng r(seed);
   for (size_t i = 0; i + 8 <= b.size(); i += 8) {
     uint64_t v = r.next();
     std::memcpy(&b[i], &v, 8);
@@ -108,13 +83,10 @@ std::vector<uint8_t> random_quant(int32_t dtype, uint64_t rows, uint64_t cols, u
 }
 
 std::vector<uint8_t> random_f32(uint64_t n, float mean, float sd, uint64_t seed) {
+  qsp_test::Rng r(seed);
+  const std::vector<float> v = qsp_test::randn(n, sd, r, mean);
   std::vector<uint8_t> b(n * 4);
-  std::mt19937 g{uint32_t(seed)};
-  std::normal_distribution<float> nd(mean, sd);
-  for (uint64_t i = 0; i < n; ++i) {
-    float v = nd(g);
-    std::memcpy(&b[i * 4], &v, 4);
-  }
+  std::memcpy(b.data(), v.data(), b.size());
   return b;
 }
 
@@ -154,7 +126,7 @@ qsp_context* make_qsp(const Shape& s, int32_t dtype, uint32_t max_seq) {
   p.max_seq_len = max_seq;
   p.backend = QSP_BACKEND_CUDA;
   qsp_context* ctx = nullptr;
-  QK(qsp_context_create(&p, &ctx));
+  QSP_QK(qsp_context_create(&p, &ctx));
   const uint64_t H = s.hidden, Q = uint64_t(s.heads) * s.head_dim, KV = uint64_t(s.kv_heads) * s.head_dim;
   uint64_t h = (uint64_t(dtype) << 40) ^ (uint64_t(s.hidden) << 20);
   const double t0 = now_ms();
@@ -179,17 +151,17 @@ qsp_context* make_qsp(const Shape& s, int32_t dtype, uint32_t max_seq) {
     w.w_up = view(h + 109, dtype, s.ffn, H, wu);
     w.w_down = view(h + 110, dtype, H, s.ffn, wd);
     h += 200;
-    QK(qsp_upload_layer(ctx, l, &w));
+    QSP_QK(qsp_upload_layer(ctx, l, &w));
   }
   std::vector<uint8_t> emb = random_quant(QSP_DTYPE_Q8_0, s.vocab, H, ++h);
   std::vector<uint8_t> on = random_f32(H, 1, 0.2f, ++h);
   qsp_tensor e = view(h + 1, QSP_DTYPE_Q8_0, s.vocab, H, emb);
-  QK(qsp_upload_embedding(ctx, &e));
+  QSP_QK(qsp_upload_embedding(ctx, &e));
   qsp_output_weights o;
   qsp_output_weights_init(&o);
   o.norm = view(h + 2, QSP_DTYPE_F32, 1, H, on);
   o.lm_head = e;  // tied, as Qwen3-0.6B; 8B has its own head of the same shape and cost
-  QK(qsp_upload_output(ctx, &o));
+  QSP_QK(qsp_upload_output(ctx, &o));
   std::printf("  [qsp] generated + uploaded %s %s in %.1f s\n", s.name, qsp_dtype_name(dtype), (now_ms() - t0) / 1e3);
   return ctx;
 }
@@ -197,10 +169,10 @@ qsp_context* make_qsp(const Shape& s, int32_t dtype, uint32_t max_seq) {
 double time_qsp(qsp_context* ctx, uint32_t n, uint32_t past, int reps, const std::vector<int32_t>& tokens) {
   std::vector<double> t;
   for (int r = 0; r < reps + 1; ++r) {
-    QK(qsp_kv_truncate(ctx, 0));
-    if (past) QK(qsp_prefill(ctx, tokens.data(), past));
+    QSP_QK(qsp_kv_truncate(ctx, 0));
+    if (past) QSP_QK(qsp_prefill(ctx, tokens.data(), past));
     const double t0 = now_ms();
-    QK(qsp_prefill(ctx, tokens.data() + past, n));
+    QSP_QK(qsp_prefill(ctx, tokens.data() + past, n));
     const double dt = now_ms() - t0;
     if (r) t.push_back(dt);  // the first run warms up (and captures the decode graph)
   }
@@ -254,13 +226,13 @@ struct Baseline {
   template <class T>
   static T* dalloc(size_t n) {
     void* p;
-    CK(cudaMalloc(&p, n * sizeof(T)));
+    QSP_CK(cudaMalloc(&p, n * sizeof(T)));
     return static_cast<T*>(p);
   }
 
   Baseline(const Shape& sh, uint32_t chunk, uint32_t max_seq_) : s(sh), max_seq(max_seq_) {
     BK(cublasCreate(&blas));
-    CK(cudaStreamCreate(&stream));
+    QSP_CK(cudaStreamCreate(&stream));
     BK(cublasSetStream(blas, stream));
     const size_t H = s.hidden, Q = size_t(s.heads) * s.head_dim, KV = size_t(s.kv_heads) * s.head_dim, F = s.ffn;
     uint64_t seed = 1;
@@ -294,7 +266,7 @@ struct Baseline {
     attn_scratch_bytes = qsp::kern::attention_scratch_bytes(int32_t(chunk), int32_t(s.heads),
                                                             int32_t(s.head_dim), int32_t(max_seq));
     attn_scratch = attn_scratch_bytes ? dalloc<char>(attn_scratch_bytes) : nullptr;
-    CK(cudaStreamSynchronize(stream));
+    QSP_CK(cudaStreamSynchronize(stream));
   }
 
   // C[m][n] (row-major, ld ldc) = A[m][k] (fp16) * W[n][k]^T, in column-major
@@ -308,10 +280,10 @@ struct Baseline {
   void forward(int n, int past) {
     using namespace qsp::kern;
     const int H = int(s.hidden), Q = int(s.heads * s.head_dim), KV = int(s.kv_heads * s.head_dim), F = int(s.ffn);
-    CK(cudaMemcpyAsync(d_past, &past, sizeof past, cudaMemcpyHostToDevice, stream));
+    QSP_CK(cudaMemcpyAsync(d_past, &past, sizeof past, cudaMemcpyHostToDevice, stream));
     const size_t layer_kv = size_t(s.kv_heads) * max_seq * s.head_dim;
     for (uint32_t l = 0; l < s.layers; ++l) {
-      CK(rmsnorm_f16(x, H, norms, xn, n, H, 1e-6f, stream));
+      QSP_CK(rmsnorm_f16(x, H, norms, xn, n, H, 1e-6f, stream));
       gemm(xn, n, wqkv[l], Q + 2 * KV, H, qkv, CUDA_R_32F, Q + 2 * KV, 0.0f);
       QkRopeArgs r;
       r.qkv = qkv;
@@ -327,7 +299,7 @@ struct Baseline {
       r.head_dim = int(s.head_dim);
       r.max_seq = int(max_seq);
       r.past = d_past;
-      CK(qk_rope(r, stream));
+      QSP_CK(qk_rope(r, stream));
       AttnArgs a;
       a.q = q;
       a.k_cache = r.k_cache;
@@ -342,30 +314,30 @@ struct Baseline {
       a.scale = 1.0f / std::sqrt(float(s.head_dim));
       a.scratch = attn_scratch;
       a.scratch_bytes = attn_scratch_bytes;
-      CK(attention(a, stream));
+      QSP_CK(attention(a, stream));
       gemm(att, n, wo[l], H, Q, x, CUDA_R_32F, H, 1.0f);
-      CK(rmsnorm_f16(x, H, norms, xn, n, H, 1e-6f, stream));
+      QSP_CK(rmsnorm_f16(x, H, norms, xn, n, H, 1e-6f, stream));
       gemm(xn, n, wgu[l], 2 * F, H, gu, CUDA_R_16F, 2 * F, 0.0f);
       swiglu_kernel<<<2048, 256, 0, stream>>>(gu, act, n, F);
       gemm(act, n, wd[l], H, F, x, CUDA_R_32F, H, 1.0f);
     }
-    CK(rmsnorm_f16(x + size_t(n - 1) * H, H, norms, xn, 1, H, 1e-6f, stream));
+    QSP_CK(rmsnorm_f16(x + size_t(n - 1) * H, H, norms, xn, 1, H, 1e-6f, stream));
     gemm(xn, 1, lm, int(s.vocab), H, logits, CUDA_R_32F, int(s.vocab), 0.0f);
-    CK(cudaGetLastError());
+    QSP_CK(cudaGetLastError());
   }
 
   double time(int n, int past, int reps) {
     cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
+    QSP_CK(cudaEventCreate(&a));
+    QSP_CK(cudaEventCreate(&b));
     std::vector<double> t;
     for (int r = 0; r < reps + 1; ++r) {
-      CK(cudaEventRecord(a, stream));
+      QSP_CK(cudaEventRecord(a, stream));
       forward(n, past);
-      CK(cudaEventRecord(b, stream));
-      CK(cudaEventSynchronize(b));
+      QSP_CK(cudaEventRecord(b, stream));
+      QSP_CK(cudaEventSynchronize(b));
       float ms = 0;
-      CK(cudaEventElapsedTime(&ms, a, b));
+      QSP_CK(cudaEventElapsedTime(&ms, a, b));
       if (r) t.push_back(ms);
     }
     cudaEventDestroy(a);
@@ -417,7 +389,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
+  QSP_CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("bench_prefill: qsp %s on %s (%d SMs)\n", qsp_version_string(), prop.name, prop.multiProcessorCount);
   const uint32_t max_len = *std::max_element(lengths.begin(), lengths.end());
   const uint32_t max_seq = max_len + 2048 + 16;
