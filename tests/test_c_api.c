@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "qsp/qsp.h"
+#include "tiny_model.h" /* bindings/common: the bindings' tiny-v1 model */
 
 /* ---- Checks ------------------------------------------------------------ */
 
@@ -811,118 +812,19 @@ static void test_info_and_logging(const model* m) {
   qsp_context_destroy(ctx);
 }
 
-/* ---- The bindings' tiny-v1 model (bindings/common/MODEL.md) ------------- */
-
-#define TINY_BASE 0x5153500000000000ull
-
-static uint64_t tiny_next(uint64_t* s) {
-  uint64_t x = *s;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  *s = x;
-  return x;
-}
-
-static int tiny_tensor(host_tensor* ht, uint64_t handle, int32_t dtype, uint64_t rows, uint64_t cols) {
-  uint64_t s = handle * 0x9E3779B97F4A7C15ull, i, k;
-  const uint64_t n = qsp_dtype_size(dtype, rows, cols);
-  unsigned char* p = (unsigned char*)malloc((size_t)n);
-  memset(ht, 0, sizeof *ht);
-  if (!p || n == 0) {
-    free(p);
-    return 0;
-  }
-  if (dtype == QSP_DTYPE_F32) {
-    for (i = 0; i < rows * cols; ++i) {
-      const uint64_t bits = 0x3F000000u | (tiny_next(&s) >> 41);
-      for (k = 0; k < 4; ++k) p[4 * i + k] = (unsigned char)(bits >> (8 * k));
-    }
-  } else {
-    const uint64_t bsize = dtype == QSP_DTYPE_Q8_0 ? 34 : 18, draws = dtype == QSP_DTYPE_Q8_0 ? 4 : 2;
-    const uint32_t dbase = dtype == QSP_DTYPE_Q8_0 ? 0x1400u : 0x2000u;
-    for (i = 0; i < n / bsize; ++i) {
-      unsigned char* b = p + bsize * i;
-      uint64_t j;
-      put_u16(b, (uint16_t)(dbase | (uint32_t)(tiny_next(&s) & 0x3FFu)));
-      for (j = 0; j < draws; ++j) {
-        const uint64_t v = tiny_next(&s);
-        for (k = 0; k < 8; ++k) b[2 + 8 * j + k] = (unsigned char)(v >> (8 * k));
-      }
-    }
-  }
-  ht->bytes = p;
-  ht->t.handle = handle;
-  ht->t.dtype = dtype;
-  ht->t.n_rows = rows;
-  ht->t.n_cols = cols;
-  ht->t.data = p;
-  ht->t.n_bytes = n;
-  return 1;
-}
+/* ---- The bindings' tiny-v1 model (bindings/common/tiny_model.h) --------- */
 
 /* Builds tiny-v1, prefills its tokens, returns its 256 logits in out. */
 static int tiny_v1_logits(float* out) {
-  static const int32_t tokens[10] = {1, 7, 42, 100, 255, 0, 128, 64, 3, 200};
-  static const uint64_t shape[11][2] = {{1, 64}, {64, 64}, {32, 64}, {32, 64}, {1, 16},  {1, 16},
-                                        {64, 64}, {1, 64}, {128, 64}, {128, 64}, {64, 128}};
-  static const int is_vector[11] = {1, 0, 0, 0, 1, 1, 0, 1, 0, 0, 0};
   qsp_context_params p;
   qsp_context* ctx = NULL;
-  host_tensor t[11], embd, norm, head;
-  qsp_layer_weights w;
-  qsp_output_weights o;
-  int l, s, ok = 1;
-  qsp_context_params_init(&p);
-  p.n_layers = 2;
-  p.hidden_size = 64;
-  p.intermediate_size = 128;
-  p.n_heads = 4;
-  p.n_kv_heads = 2;
-  p.head_dim = 16;
-  p.vocab_size = 256;
-  p.max_seq_len = 32;
-  p.backend = QSP_BACKEND_CPU;
-  p.n_threads = 2;
+  int ok;
+  qsp_tiny_params(&p);
   EXPECT_OK(qsp_context_create(&p, &ctx));
   if (!ctx) return 0;
-  for (l = 0; l < 2 && ok; ++l) {
-    const int32_t P = l % 2 == 0 ? QSP_DTYPE_Q4_0 : QSP_DTYPE_Q8_0;
-    for (s = 0; s < 11; ++s)
-      ok &= tiny_tensor(&t[s], TINY_BASE + 0x100ull * (uint64_t)(l + 1) + (uint64_t)s,
-                        is_vector[s] ? QSP_DTYPE_F32 : P, shape[s][0], shape[s][1]);
-    if (ok) {
-      qsp_layer_weights_init(&w);
-      w.attn_norm = t[0].t;
-      w.wq = t[1].t;
-      w.wk = t[2].t;
-      w.wv = t[3].t;
-      w.q_norm = t[4].t;
-      w.k_norm = t[5].t;
-      w.wo = t[6].t;
-      w.ffn_norm = t[7].t;
-      w.w_gate = t[8].t;
-      w.w_up = t[9].t;
-      w.w_down = t[10].t;
-      EXPECT_OK(qsp_upload_layer(ctx, (uint32_t)l, &w));
-    }
-    for (s = 0; s < 11; ++s) free(t[s].bytes);
-  }
-  ok &= tiny_tensor(&embd, TINY_BASE + 1, QSP_DTYPE_Q8_0, 256, 64);
-  ok &= tiny_tensor(&norm, TINY_BASE + 2, QSP_DTYPE_F32, 1, 64);
-  ok &= tiny_tensor(&head, TINY_BASE + 3, QSP_DTYPE_Q4_0, 256, 64);
-  if (ok) {
-    EXPECT_OK(qsp_upload_embedding(ctx, &embd.t));
-    qsp_output_weights_init(&o);
-    o.norm = norm.t;
-    o.lm_head = head.t;
-    EXPECT_OK(qsp_upload_output(ctx, &o));
-    EXPECT_OK(qsp_prefill(ctx, tokens, 10));
-    ok = qsp_copy_logits(ctx, out, 256) == QSP_OK;
-  }
-  free(embd.bytes);
-  free(norm.bytes);
-  free(head.bytes);
+  EXPECT_OK(qsp_tiny_upload(ctx));
+  EXPECT_OK(qsp_prefill(ctx, qsp_tiny_tokens, QSP_TINY_N_TOKENS));
+  ok = qsp_copy_logits(ctx, out, QSP_TINY_VOCAB) == QSP_OK;
   qsp_context_destroy(ctx);
   EXPECT(ok);
   return ok;
@@ -937,22 +839,8 @@ static void test_tiny_v1(const char* path) {
   EXPECT(finite);
   EXPECT(memcmp(a, b, sizeof a) == 0); /* deterministic across contexts */
   if (path) {
-    unsigned char bytes[256 * 4];
-    FILE* f;
-    for (i = 0; i < 256; ++i) {
-      const uint32_t u = float_bits(a[i]);
-      bytes[4 * i] = (unsigned char)u;
-      bytes[4 * i + 1] = (unsigned char)(u >> 8);
-      bytes[4 * i + 2] = (unsigned char)(u >> 16);
-      bytes[4 * i + 3] = (unsigned char)(u >> 24);
-    }
-    f = fopen(path, "wb");
-    EXPECT(f != NULL);
-    if (f) {
-      EXPECT(fwrite(bytes, 1, sizeof bytes, f) == sizeof bytes);
-      EXPECT(fclose(f) == 0);
-      printf("wrote 256 tiny-v1 logits to %s (logits[0] = %.9g)\n", path, (double)a[0]);
-    }
+    EXPECT(qsp_tiny_write_f32le(path, a, QSP_TINY_VOCAB));
+    printf("wrote 256 tiny-v1 logits to %s (logits[0] = %.9g)\n", path, (double)a[0]);
   }
 }
 
