@@ -39,7 +39,7 @@ TEST_CASE("op lm_head: GEMV over the vocabulary (151936 x 1024)", "[gpu][gemm][l
   }
 }
 
-TEST_CASE("op lm_head: final norm, logits and greedy token of the last token", "[gpu][gemm][lm_head][argmax]") {
+TEST_CASE("op lm_head: final norm, logits and greedy token of the last token", "[gpu][gemm][lm_head]") {
   QSP_REQUIRE_GPU();
   const LmHeadCase cases[] = {
       {QSP_DTYPE_Q8_0, 151936, 1024, {1}},  // Qwen3-0.6B (tied Q8_0 embedding)

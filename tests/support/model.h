@@ -89,6 +89,9 @@ inline HostTensor make_tensor(std::mt19937_64& rng, uint64_t handle, int32_t dty
   return t;
 }
 
+// Slots of TestModel::layers[l], in qsp_layer_weights order.
+enum LayerSlot { kAttnNorm, kWq, kWk, kWv, kQNorm, kKNorm, kWo, kFfnNorm, kWGate, kWUp, kWDown };
+
 struct TestModel {
   ModelSpec spec;
   qsp_context_params params{};
@@ -100,19 +103,19 @@ struct TestModel {
     qsp_layer_weights w;
     qsp_layer_weights_init(&w);
     const auto& L = layers[l];
-    w.attn_norm = L[0].view();
-    w.wq = L[1].view();
-    w.wk = L[2].view();
-    w.wv = L[3].view();
+    w.attn_norm = L[kAttnNorm].view();
+    w.wq = L[kWq].view();
+    w.wk = L[kWk].view();
+    w.wv = L[kWv].view();
     if (spec.qwen3) {
-      w.q_norm = L[4].view();
-      w.k_norm = L[5].view();
+      w.q_norm = L[kQNorm].view();
+      w.k_norm = L[kKNorm].view();
     }
-    w.wo = L[6].view();
-    w.ffn_norm = L[7].view();
-    w.w_gate = L[8].view();
-    w.w_up = L[9].view();
-    w.w_down = L[10].view();
+    w.wo = L[kWo].view();
+    w.ffn_norm = L[kFfnNorm].view();
+    w.w_gate = L[kWGate].view();
+    w.w_up = L[kWUp].view();
+    w.w_down = L[kWDown].view();
     return w;
   }
   qsp_output_weights output_weights() const {
