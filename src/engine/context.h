@@ -20,7 +20,17 @@ class Context {
   void upload_embedding(const qsp_tensor& t);
   void upload_output(const qsp_output_weights& w);
 
+  // Checks (check_prefill), then runs (run_prefill) n tokens: exactly one of
+  // tokens / embeddings is set.
   void prefill(const int32_t* tokens, const float* embeddings, uint32_t n);
+  // Every check prefill makes, without changing anything.
+  void check_prefill(const int32_t* tokens, const float* embeddings, uint32_t n) const;
+  // Runs an already checked prefill. On a throw the cache keeps its length and
+  // the logits are gone.
+  void run_prefill(const int32_t* tokens, const float* embeddings, uint32_t n);
+  // Why this context cannot share a batched pass with `o`: "" when both run
+  // the same model (config, backend, device and the very same cached weights).
+  std::string batch_mismatch(const Context& o) const;
 
   const float* logits();
   int32_t greedy_token();
