@@ -40,6 +40,15 @@ class Context {
   void kv_truncate(uint32_t len);
 
   const ModelConfig& config() const { return cfg_; }
+  const ModelTensors& weights() const { return weights_; }
+  // After a batched pass ran pieces of this context (engine/batch.cpp): the
+  // cache grew by n tokens, and the logits are those of its last piece
+  // (have_logits) or gone.
+  void batch_advanced(uint32_t n, bool have_logits) {
+    kv_len_ += n;
+    have_logits_ = have_logits;
+  }
+  void batch_failed() { have_logits_ = false; }
   Backend& backend() { return *backend_; }
   const Backend& backend() const { return *backend_; }
   const LogSink& log() const { return log_; }
