@@ -312,6 +312,40 @@ QSP_API qsp_status qsp_prefill(qsp_context* ctx, const int32_t* tokens, uint32_t
  * are not rejected; they propagate to the logits. */
 QSP_API qsp_status qsp_prefill_embeddings(qsp_context* ctx, const float* hidden, uint32_t n_tokens);
 
+/* ---- Batched prefill (since 1.1) ----------------------------------------- */
+/* One piece of a batch: `n_tokens` new tokens for one context, given as ids
+ * (`tokens`) or as hidden states (`embeddings`, n_tokens x hidden_size
+ * float32, row-major); exactly one of the two is set. A piece of one token is a
+ * decode step, a long piece a prompt (or a chunk of one); any mix is fine. */
+typedef struct qsp_batch_seq {
+  qsp_context*   ctx;          /* the context this piece advances */
+  const int32_t* tokens;       /* n_tokens ids, or NULL */
+  const float*   embeddings;   /* n_tokens x hidden_size floats, or NULL */
+  uint32_t       n_tokens;     /* >= 1 */
+  uint32_t       flags;        /* must be 0 */
+} qsp_batch_seq;
+
+/* Advances n_seqs contexts at once: each as qsp_prefill would (its own KV
+ * cache, its own positions; afterwards its own logits and greedy token). The
+ * contexts must share one model: created with the same shape on the same
+ * backend and device, with the very same weights registered (the same handles
+ * in the same weight cache); each context at most once per call. seq_size is
+ * sizeof(qsp_batch_seq) as the caller knows it (fields may be appended later;
+ * the library reads seqs[i] at that stride). A backend that can run all
+ * pieces in one pass does so; the result equals running the pieces one at a
+ * time (bit for bit on the CPU).
+ * Checked before anything changes, every context stays as it was on any of
+ * these errors, and the message names the offending sequence ("sequence 3:
+ * ..."): INVALID_ARGUMENT (NULL, n_seqs 0, a NULL ctx, tokens and embeddings
+ * both or neither set, flags not 0, the same context twice, contexts of
+ * different models), STRUCT_SIZE (seq_size), and per piece the errors of
+ * qsp_prefill (NOT_READY, OUT_OF_RANGE, CONTEXT_FULL). On a device error
+ * mid-run every cache keeps its previous length and no context of the batch
+ * has logits. The message goes to every context of the batch and to
+ * qsp_last_error(). All contexts of the batch must be free for this thread
+ * for the duration of the call. */
+QSP_API qsp_status qsp_prefill_batch(const qsp_batch_seq* seqs, uint32_t n_seqs, uint32_t seq_size);
+
 /* ---- Logits -------------------------------------------------------------- */
 /* Borrowed pointer to the last prefilled token's vocab_size logits; *n_vocab
  * (when n_vocab is not NULL) receives vocab_size. Valid until the next

@@ -1,13 +1,16 @@
 // The C boundary. Every entry point validates its pointers and struct sizes,
 // runs the engine inside a try block, and maps every exception to a status
 // and a message (per context and per thread). Nothing may escape.
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "formats/format.h"
+#include "engine/batch.h"
 #include "engine/context.h"
 #include "engine/weight_cache.h"
 #include "qsp/qsp.h"
@@ -253,6 +256,45 @@ qsp_status qsp_prefill_embeddings(qsp_context* ctx, const float* hidden, uint32_
   QSP_CHECK_CTX(ctx);
   QSP_CHECK_PTR(ctx, hidden);
   return guarded(ctx, [&] { impl(ctx)->prefill(nullptr, hidden, n_tokens); });
+}
+
+qsp_status qsp_prefill_batch(const qsp_batch_seq* seqs, uint32_t n_seqs, uint32_t seq_size) {
+  QSP_CHECK_PTR(nullptr, seqs);
+  if (n_seqs == 0) return fail(nullptr, QSP_ERR_INVALID_ARGUMENT, "n_seqs must be > 0");
+  // The first published qsp_batch_seq ends with `flags`; a newer caller's
+  // larger struct is read at its own stride, its extra fields ignored.
+  constexpr uint32_t kMinSeqSize = offsetof(qsp_batch_seq, flags) + sizeof(uint32_t);
+  if (seq_size < kMinSeqSize || seq_size > (1u << 16))
+    return fail(nullptr, QSP_ERR_STRUCT_SIZE,
+                qsp::strprintf("seq_size is %u; expected %zu (sizeof(qsp_batch_seq))", seq_size,
+                               sizeof(qsp_batch_seq)));
+  const auto seq = [&](uint32_t i) -> const qsp_batch_seq& {
+    return *reinterpret_cast<const qsp_batch_seq*>(reinterpret_cast<const char*>(seqs) + uint64_t(i) * seq_size);
+  };
+  // Every context of the batch hears of a failure, and so does the thread.
+  const auto fail_all = [&](qsp_status st) {
+    if (st != QSP_OK)
+      for (uint32_t i = 0; i < n_seqs; ++i)
+        if (seq(i).ctx) fail(seq(i).ctx, st, t_last_error);
+    return st;
+  };
+  for (uint32_t i = 0; i < n_seqs; ++i)
+    if (!seq(i).ctx)
+      return fail_all(fail(nullptr, QSP_ERR_INVALID_ARGUMENT, qsp::strprintf("sequence %u: ctx is NULL", i)));
+  return fail_all(guarded(nullptr, [&] {
+    std::vector<qsp::BatchSeq> v(n_seqs);
+    for (uint32_t i = 0; i < n_seqs; ++i) {
+      const qsp_batch_seq& s = seq(i);
+      QSP_FAIL_IF(s.flags != 0, QSP_ERR_INVALID_ARGUMENT, "sequence %u: flags must be 0", i);
+      QSP_FAIL_IF(!s.tokens && !s.embeddings, QSP_ERR_INVALID_ARGUMENT,
+                  "sequence %u: tokens and embeddings are both NULL", i);
+      v[i].ctx = impl(s.ctx);
+      v[i].tokens = s.tokens;
+      v[i].embeddings = s.embeddings;
+      v[i].n = s.n_tokens;
+    }
+    qsp::prefill_batch(v);
+  }));
 }
 
 qsp_status qsp_get_logits(qsp_context* ctx, const float** logits, uint32_t* n_vocab) {

@@ -76,6 +76,15 @@ class CpuBackend final : public Backend {
     return std::unique_ptr<Tensor>(new CpuTensor(meta, data));
   }
 
+  // The reference has no cross-sequence pass to gain: each piece runs on its
+  // owner as a prefill chunk. It still goes through the engine's batch
+  // planner (passes of max_batch_tokens, pieces split across them), so the
+  // CPU tests check that planner against single calls, bit for bit.
+  bool prefill_batch(const ModelTensors& w, const std::vector<BatchPiece>& pieces) override {
+    for (const BatchPiece& p : pieces) static_cast<CpuBackend*>(p.owner)->prefill(w, p.chunk);
+    return true;
+  }
+
   void prefill(const ModelTensors& w, const PrefillChunk& c) override {
     const ModelConfig& m = cfg_;
     const int64_t n = c.n, H = m.hidden, Q = m.q_dim(), KV = m.kv_dim(), F = m.ffn, D = m.head_dim;

@@ -49,6 +49,14 @@ struct PrefillChunk {
   bool want_logits = true;           // the last chunk of a prefill
 };
 
+class Backend;
+
+// One context's piece of a batched pass (see Backend::prefill_batch).
+struct BatchPiece {
+  Backend* owner = nullptr;  // the context's backend: same class, device and model
+  PrefillChunk chunk;        // its tokens in this pass; past = its cache length
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -75,6 +83,22 @@ class Backend {
   // On failure (throw), KV entries at positions >= past may be garbage; the
   // engine does not advance its length, so they are never read.
   virtual void prefill(const ModelTensors& w, const PrefillChunk& chunk) = 0;
+
+  // Runs the pieces of several contexts (this backend's context may be among
+  // them or not) as one pass: each piece writes K/V into its owner's cache at
+  // positions [past, past + n), and a piece with want_logits leaves its last
+  // token's logits and greedy token in its owner, exactly as owner->prefill
+  // would. The engine keeps the total within max_batch_tokens(). Returns
+  // false, having done nothing, when this backend has no one-pass batch (the
+  // engine then runs the pieces one by one). On a throw, the owners' caches
+  // past their old lengths may hold garbage and their logits are gone.
+  virtual bool prefill_batch(const ModelTensors& w, const std::vector<BatchPiece>& pieces) {
+    (void)w;
+    (void)pieces;
+    return false;
+  }
+  // Tokens one prefill_batch pass may hold in all.
+  virtual uint32_t max_batch_tokens() const { return max_chunk(); }
 
   // The logits of the last chunk run with want_logits (vocab floats, host memory).
   virtual const float* logits() = 0;

@@ -113,6 +113,11 @@ void Context::upload_output(const qsp_output_weights& w) {
 }
 
 void Context::prefill(const int32_t* tokens, const float* embeddings, uint32_t n) {
+  check_prefill(tokens, embeddings, n);
+  run_prefill(tokens, embeddings, n);
+}
+
+void Context::check_prefill(const int32_t* tokens, const float* embeddings, uint32_t n) const {
   QSP_FAIL_IF(n == 0, QSP_ERR_INVALID_ARGUMENT, "n_tokens must be > 0");
   QSP_FAIL_IF(!tokens && !embeddings, QSP_ERR_INVALID_ARGUMENT, "%s is NULL", "input");
   for (uint32_t l = 0; l < cfg_.n_layers; ++l)
@@ -128,7 +133,9 @@ void Context::prefill(const int32_t* tokens, const float* embeddings, uint32_t n
   }
   QSP_FAIL_IF(uint64_t(kv_len_) + n > cfg_.max_seq, QSP_ERR_CONTEXT_FULL,
               "prefill of %u tokens after %u cached would pass max_seq_len %u", n, kv_len_, cfg_.max_seq);
+}
 
+void Context::run_prefill(const int32_t* tokens, const float* embeddings, uint32_t n) {
   const uint32_t step = backend_->max_chunk();
   have_logits_ = false;  // the old logits are stale as soon as we start
   uint32_t done = 0;
@@ -144,6 +151,30 @@ void Context::prefill(const int32_t* tokens, const float* embeddings, uint32_t n
   }
   kv_len_ += n;
   have_logits_ = true;
+}
+
+std::string Context::batch_mismatch(const Context& o) const {
+  if (backend_->kind() != o.backend_->kind() || backend_->device() != o.backend_->device())
+    return strprintf("it runs on %s, not %s", o.backend_->device_name().c_str(),
+                     backend_->device_name().c_str());
+  const ModelConfig &a = cfg_, &b = o.cfg_;
+  if (a.n_layers != b.n_layers || a.hidden != b.hidden || a.ffn != b.ffn || a.n_heads != b.n_heads ||
+      a.n_kv_heads != b.n_kv_heads || a.head_dim != b.head_dim || a.vocab != b.vocab ||
+      a.rms_eps != b.rms_eps || a.rope_theta != b.rope_theta || a.rope_style != b.rope_style ||
+      a.qk_norm != b.qk_norm)
+    return "its model shape or hyperparameters differ";
+  for (uint32_t l = 0; l < cfg_.n_layers; ++l)
+    for (int i = 0; i < kLayerSlotCount; ++i)
+      if (weights_.layers[l].t[i] != o.weights_.layers[l].t[i])
+        return strprintf("its layer %u %s is another tensor", l, kLayerSlots[i].name);
+  for (int i = 0; i < kModelSlotCount; ++i) {
+    // A missing embedding is fine for a batch of embeddings; check_prefill
+    // catches a token piece without one.
+    if (i == kTokenEmbd && (!weights_[kTokenEmbd] || !o.weights_[kTokenEmbd])) continue;
+    if (weights_[ModelSlot(i)] != o.weights_[ModelSlot(i)])
+      return strprintf("its %s is another tensor", kModelSlots[i].name);
+  }
+  return "";
 }
 
 const float* Context::logits() {

@@ -20,7 +20,17 @@ class Context {
   void upload_embedding(const qsp_tensor& t);
   void upload_output(const qsp_output_weights& w);
 
+  // Checks (check_prefill), then runs (run_prefill) n tokens: exactly one of
+  // tokens / embeddings is set.
   void prefill(const int32_t* tokens, const float* embeddings, uint32_t n);
+  // Every check prefill makes, without changing anything.
+  void check_prefill(const int32_t* tokens, const float* embeddings, uint32_t n) const;
+  // Runs an already checked prefill. On a throw the cache keeps its length and
+  // the logits are gone.
+  void run_prefill(const int32_t* tokens, const float* embeddings, uint32_t n);
+  // Why this context cannot share a batched pass with `o`: "" when both run
+  // the same model (config, backend, device and the very same cached weights).
+  std::string batch_mismatch(const Context& o) const;
 
   const float* logits();
   int32_t greedy_token();
@@ -30,6 +40,15 @@ class Context {
   void kv_truncate(uint32_t len);
 
   const ModelConfig& config() const { return cfg_; }
+  const ModelTensors& weights() const { return weights_; }
+  // After a batched pass ran pieces of this context (engine/batch.cpp): the
+  // cache grew by n tokens, and the logits are those of its last piece
+  // (have_logits) or gone.
+  void batch_advanced(uint32_t n, bool have_logits) {
+    kv_len_ += n;
+    have_logits_ = have_logits;
+  }
+  void batch_failed() { have_logits_ = false; }
   Backend& backend() { return *backend_; }
   const Backend& backend() const { return *backend_; }
   const LogSink& log() const { return log_; }
