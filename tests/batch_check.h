@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "model_util.h"
+#include "support/model.h"
 #include "qsp/qsp.h"
 
 namespace qsp_test {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "batch_check.h"
-#include "model_util.h"
+#include "support/model.h"
 #include "qsp/qsp.h"
 
 using namespace qsp_test;
