@@ -107,12 +107,7 @@ class CpuBackend final : public Backend {
                         m.rope_style, pool_);
       float* kc = k_cache_.data() + uint64_t(l) * m.n_kv_heads * m.max_seq * D;
       float* vc = v_cache_.data() + uint64_t(l) * m.n_kv_heads * m.max_seq * D;
-      for (int64_t t = 0; t < n; ++t)
-        for (int64_t h = 0; h < m.n_kv_heads; ++h) {
-          const uint64_t dst = (uint64_t(h) * m.max_seq + c.past + t) * D;
-          std::copy_n(k_.data() + t * KV + h * D, D, kc + dst);
-          std::copy_n(v_.data() + t * KV + h * D, D, vc + dst);
-        }
+      cpu::kv_write(k_.data(), v_.data(), n, c.past, m.n_kv_heads, D, m.max_seq, kc, vc);
       cpu::attention(q_.data(), kc, vc, att_.data(), n, c.past, m.n_heads, m.n_kv_heads, D, m.max_seq, pool_);
       cpu::matmul(mat(L[kWo]), att_.data(), n, tmp_.data(), H, pool_);
       cpu::add_inplace(x, tmp_.data(), n * H, pool_);
@@ -133,12 +128,7 @@ class CpuBackend final : public Backend {
   const float* logits() override { return logits_.data(); }
 
   int32_t greedy_token() override {
-    // NaN never wins; all-NaN logits give token 0.
-    int32_t best = 0;
-    float bv = -INFINITY;
-    for (uint32_t i = 0; i < cfg_.vocab; ++i)
-      if (logits_[i] > bv) { bv = logits_[i]; best = int32_t(i); }
-    return best;
+    return cpu::argmax(logits_.data(), cfg_.vocab);  // NaN never wins; all-NaN logits give token 0
   }
 
  private:
