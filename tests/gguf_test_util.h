@@ -19,8 +19,8 @@
 #include "common/quant.h"
 #include "formats/format.h"
 #include "gguf/gguf_format.h"
-#include "gguf/gguf_synth.h"
-#include "gguf/gguf_writer.h"
+#include "gguf_write/gguf_synth.h"
+#include "gguf_write/gguf_writer.h"
 #include "qsp/qsp.h"
 #include "qsp/qsp_gguf.h"
 

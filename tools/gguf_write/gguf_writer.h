@@ -1,5 +1,5 @@
-// A GGUF v3 (or v2) writer (internal; used by `qsp synth`, the tests and the
-// fuzz corpus). It follows the GGUF spec exactly: header (magic "GGUF", u32
+// A GGUF v3 (or v2) writer (the tool-side library qsp_gguf_write, not part
+// of libqsp; used by `qsp synth`, the tests and the fuzz corpus). It follows the GGUF spec exactly: header (magic "GGUF", u32
 // version, u64 tensor count, u64 metadata count), metadata (gguf string key,
 // u32 type, value), tensor infos (name, u32 n_dims, u64 dims, u32 type, u64
 // offset relative to the data section, each aligned), zero padding up to the
