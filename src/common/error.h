@@ -5,6 +5,7 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -38,5 +39,33 @@ inline std::string strprintf(const char* fmt, ...) {
   do {                                                          \
     if (cond) throw ::qsp::Error((status), ::qsp::strprintf(__VA_ARGS__)); \
   } while (0)
+
+// Runs f() and turns what it throws into a status, with the message in
+// *message: a qsp::Error keeps its status, bad_alloc is OUT_OF_MEMORY, any
+// other exception INTERNAL. Never throws. For C boundaries that keep their own
+// last-error slot (the GGUF loader's qsp_gguf_last_error).
+template <class F>
+qsp_status run_guarded(F&& f, std::string* message) noexcept {
+  try {
+    try {
+      f();
+      return QSP_OK;
+    } catch (const Error& e) {
+      *message = e.what();
+      return e.status();
+    } catch (const std::bad_alloc&) {
+      *message = "host memory allocation failed";
+      return QSP_ERR_OUT_OF_MEMORY;
+    } catch (const std::exception& e) {
+      *message = std::string("internal error: ") + e.what();
+      return QSP_ERR_INTERNAL;
+    } catch (...) {
+      *message = "internal error: unknown exception";
+      return QSP_ERR_INTERNAL;
+    }
+  } catch (...) {  // the message itself could not be allocated
+    return QSP_ERR_OUT_OF_MEMORY;
+  }
+}
 
 }  // namespace qsp

@@ -1,7 +1,8 @@
 // The C boundary of the GGUF loader (include/qsp/qsp_gguf.h). It maps files,
-// runs the parser inside one try block per call and turns every exception
-// into a status plus a thread-local message. Contexts are created and weights
-// uploaded through the public C API only (qsp.h), so this file is also the
+// runs the parser inside one guard per call (qsp::run_guarded) and turns
+// every exception into a status plus a thread-local message. Contexts are
+// created and weights uploaded through the public C API only (qsp.h), slot by
+// slot from the engine's table (engine/slots.h), so this file is also the
 // reference example of driving that API with real model files.
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -15,13 +16,16 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <utility>
 
+#include "common/error.h"
+#include "engine/slots.h"
 #include "gguf/gguf_format.h"
 #include "gguf/gguf_reader.h"
 #include "qsp/qsp.h"
 #include "qsp/qsp_gguf.h"
 
-using qsp::gguf::Error;
+using qsp::Error;
 using qsp::gguf::File;
 using qsp::gguf::TensorInfo;
 
@@ -52,20 +56,12 @@ qsp_status set_error(qsp_status st, const char* msg) {
   return st;
 }
 
+// Runs f(); a failure's message becomes this thread's qsp_gguf_last_error().
 template <class F>
 qsp_status guarded(F&& f) {
-  try {
-    f();
-    return QSP_OK;
-  } catch (const Error& e) {
-    return set_error(e.status(), e.what());
-  } catch (const std::bad_alloc&) {
-    return set_error(QSP_ERR_OUT_OF_MEMORY, "host memory allocation failed");
-  } catch (const std::exception& e) {
-    return set_error(QSP_ERR_INTERNAL, (std::string("internal error: ") + e.what()).c_str());
-  } catch (...) {
-    return set_error(QSP_ERR_INTERNAL, "internal error: unknown exception");
-  }
+  std::string msg;
+  const qsp_status st = qsp::run_guarded(std::forward<F>(f), &msg);
+  return st == QSP_OK ? st : set_error(st, msg.c_str());
 }
 
 #define GGUF_CHECK_PTR(p) \
@@ -329,7 +325,13 @@ qsp_status qsp_gguf_upload(const qsp_gguf* g, qsp_context* ctx, qsp_gguf_progres
     const auto& ts = f.tensors();
     auto T = [&](int64_t i) -> const TensorInfo& { return ts[size_t(i)]; };
 
-    uint64_t total = T(m.embd).n_bytes + T(m.out_norm).n_bytes + (m.output != m.embd ? T(m.output).n_bytes : 0);
+    using qsp::kLayerSlotCount;
+    using qsp::kLayerSlots;
+    using qsp::kModelSlots;
+    const int64_t embd = m.model[qsp::kTokenEmbd], norm = m.model[qsp::kOutputNorm], head = m.model[qsp::kLmHead];
+    const bool tied = head == embd;
+
+    uint64_t total = T(embd).n_bytes + T(norm).n_bytes + (tied ? 0 : T(head).n_bytes);
     for (const auto& L : m.layers)
       for (int64_t i : L)
         if (i >= 0) total += T(i).n_bytes;
@@ -350,37 +352,27 @@ qsp_status qsp_gguf_upload(const qsp_gguf* g, qsp_context* ctx, qsp_gguf_progres
       prefetch(g, lo, hi);
       qsp_layer_weights w;
       qsp_layer_weights_init(&w);
-      using namespace qsp::gguf;
-      w.attn_norm = view(g, T(L[kAttnNorm]));
-      w.wq = view(g, T(L[kWq]));
-      w.wk = view(g, T(L[kWk]));
-      w.wv = view(g, T(L[kWv]));
-      if (L[kQNorm] >= 0) w.q_norm = view(g, T(L[kQNorm]));
-      if (L[kKNorm] >= 0) w.k_norm = view(g, T(L[kKNorm]));
-      w.wo = view(g, T(L[kWo]));
-      w.ffn_norm = view(g, T(L[kFfnNorm]));
-      w.w_gate = view(g, T(L[kWGate]));
-      w.w_up = view(g, T(L[kWUp]));
-      w.w_down = view(g, T(L[kWDown]));
+      for (int s = 0; s < kLayerSlotCount; ++s)
+        if (L[size_t(s)] >= 0) qsp::api_tensor(w, kLayerSlots[s]) = view(g, T(L[size_t(s)]));
       check(qsp_upload_layer(ctx, l, &w), "uploading blk." + std::to_string(l));
       done += bytes;
       if (progress) progress(done, total, user_data);
     }
 
-    const TensorInfo& e = T(m.embd);
+    const TensorInfo& e = T(embd);
     prefetch(g, e.offset, e.offset + e.n_bytes);
-    const qsp_tensor embd = view(g, e);
-    check(qsp_upload_embedding(ctx, &embd), "uploading token_embd.weight");
+    const qsp_tensor embd_view = view(g, e);
+    check(qsp_upload_embedding(ctx, &embd_view), "uploading " + e.name);
     done += e.n_bytes;
     if (progress) progress(done, total, user_data);
 
     qsp_output_weights o;
     qsp_output_weights_init(&o);
-    o.norm = view(g, T(m.out_norm));
-    o.lm_head = view(g, T(m.output));  // tied: the embedding itself, same handle
-    if (m.output != m.embd) prefetch(g, T(m.output).offset, T(m.output).offset + T(m.output).n_bytes);
-    check(qsp_upload_output(ctx, &o), m.output == m.embd ? "uploading output_norm.weight (LM head tied to token_embd)"
-                                                          : "uploading output_norm.weight / output.weight");
+    qsp::api_tensor(o, kModelSlots[qsp::kOutputNorm]) = view(g, T(norm));
+    qsp::api_tensor(o, kModelSlots[qsp::kLmHead]) = view(g, T(head));  // tied: the embedding itself, same handle
+    if (!tied) prefetch(g, T(head).offset, T(head).offset + T(head).n_bytes);
+    check(qsp_upload_output(ctx, &o), tied ? "uploading " + T(norm).name + " (LM head tied to " + e.name + ")"
+                                           : "uploading " + T(norm).name + " / " + T(head).name);
     done = total;
     if (progress) progress(done, total, user_data);
   });

@@ -48,14 +48,17 @@ inline const char* value_type_name(uint32_t t) {
   return t < kValueTypeCount ? names[t] : "unknown";
 }
 
-// GGML tensor types (ggml.h, enum ggml_type). Removed ids have no entry.
+// GGML tensor types (ggml.h enum ggml_type, ggml.c type_traits): every id
+// current GGUF files use, with GGML's names. Removed ids (4, 5, 31-33, 36-38)
+// have no entry. Whether qsp can compute a type is the format registry's
+// answer (fmt::find in src/formats), not this table's.
 struct TypeTraits {
   const char* name;      // nullptr: not a valid type id
   uint32_t block_size;   // elements per block
   uint32_t type_size;    // bytes per block
 };
 
-constexpr int32_t kTypeCount = 40;
+constexpr int32_t kTypeCount = 43;  // ids 0..42 (q2_0 is the newest this reader knows)
 
 inline const TypeTraits& type_traits(int32_t type) {
   static const TypeTraits table[kTypeCount] = {
@@ -69,16 +72,13 @@ inline const TypeTraits& type_traits(int32_t type) {
       {"f64", 1, 8},        {"iq1_m", 256, 56},   {"bf16", 1, 2},       {nullptr, 0, 0},
       {nullptr, 0, 0},      {nullptr, 0, 0},      {"tq1_0", 256, 54},   {"tq2_0", 256, 66},
       {nullptr, 0, 0},      {nullptr, 0, 0},      {nullptr, 0, 0},      {"mxfp4", 32, 17},
+      {"nvfp4", 64, 36},    {"q1_0", 128, 18},    {"q2_0", 64, 18},
   };
   static const TypeTraits none = {nullptr, 0, 0};
   return type >= 0 && type < kTypeCount ? table[type] : none;
 }
 
 inline bool type_valid(int32_t type) { return type_traits(type).name != nullptr; }
-
-// The types qsp runs (QSP_DTYPE_* ids).
-inline bool type_supported(int32_t type) { return type == 0 || type == 1 || type == 2 || type == 8 || type == 30; }
-inline bool type_quantized(int32_t type) { return type_traits(type).block_size > 1; }
 
 // Bytes of a row of n elements; 0 when n is not a multiple of the block size
 // or the type is invalid. Callers bound n so this cannot overflow (n < 2^62).

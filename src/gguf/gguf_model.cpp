@@ -1,18 +1,16 @@
 // From a parsed GGUF file to a qsp model: the architecture's hyperparameters
 // (with llama.cpp's key names and documented defaults) and the tensor of
-// every slot, each checked for presence, type and shape.
+// every weight slot of the engine's table (engine/slots.h), each checked for
+// presence, type (the format registry) and shape (the slot's shape rule).
 #include <cmath>
 #include <cstdio>
 
+#include "formats/format.h"
 #include "gguf/gguf_format.h"
 #include "gguf/gguf_reader.h"
 
 namespace qsp {
 namespace gguf {
-
-const char* const kSlotNames[kSlotCount] = {"attn_norm",   "attn_q",      "attn_k",   "attn_v",
-                                            "attn_q_norm", "attn_k_norm", "attn_output", "ffn_norm",
-                                            "ffn_gate",    "ffn_up",      "ffn_down"};
 
 namespace {
 
@@ -49,6 +47,36 @@ std::string shape_str(const TensorInfo& t) {
   return b;
 }
 
+// GGUF tensor name of a model slot: "token_embd.weight".
+std::string tensor_name(ModelSlot s) { return std::string(kModelSlots[s].gguf) + ".weight"; }
+
+// A slot's shape quantity (engine/slots.h Dim) from the file's hyperparameters,
+// and the metadata keys it comes from (for messages).
+uint64_t dim_value(const Hyper& h, Dim d) {
+  switch (d) {
+    case Dim::kOne: return 1;
+    case Dim::kHidden: return h.hidden;
+    case Dim::kQDim: return uint64_t(h.n_heads) * h.head_dim;
+    case Dim::kKVDim: return uint64_t(h.n_kv_heads) * h.head_dim;
+    case Dim::kFfn: return h.ffn;
+    case Dim::kHeadDim: return h.head_dim;
+    case Dim::kVocab: return h.vocab;
+  }
+  return 0;
+}
+const char* dim_source(Dim d) {
+  switch (d) {
+    case Dim::kOne: return "1";
+    case Dim::kHidden: return "embedding_length";
+    case Dim::kQDim: return "head_count * key_length";
+    case Dim::kKVDim: return "head_count_kv * key_length";
+    case Dim::kFfn: return "feed_forward_length";
+    case Dim::kHeadDim: return "key_length";
+    case Dim::kVocab: return "vocabulary size";
+  }
+  return "?";
+}
+
 }  // namespace
 
 Hyper read_hyper(const File& f) {
@@ -80,10 +108,10 @@ Hyper read_hyper(const File& f) {
   h.qk_norm = a ? a->qk_norm : -1;
   uint64_t vocab = 0;
   if (!f.try_uint(p + "vocab_size", &vocab) && !f.try_array_count("tokenizer.ggml.tokens", &vocab)) {
-    if (const TensorInfo* e = f.find_tensor("token_embd.weight")) vocab = e->rows();
+    if (const TensorInfo* e = f.find_tensor(tensor_name(kTokenEmbd))) vocab = e->rows();
   }
   h.vocab = u32_or_zero(vocab);
-  h.tied = f.find_tensor("output.weight") == nullptr && f.find_tensor("token_embd.weight") != nullptr;
+  h.tied = f.find_tensor(tensor_name(kLmHead)) == nullptr && f.find_tensor(tensor_name(kTokenEmbd)) != nullptr;
   return h;
 }
 
@@ -165,10 +193,10 @@ Model resolve_model(const File& f) {
   h.qk_norm = a->qk_norm;
 
   uint64_t vocab = 0;
-  const TensorInfo* embd = f.find_tensor("token_embd.weight");
+  const TensorInfo* embd = f.find_tensor(tensor_name(kTokenEmbd));
   if (!f.get_uint(p + "vocab_size", &vocab)) {
     if (!f.get_array_count("tokenizer.ggml.tokens", &vocab)) {
-      if (!embd) fail(QSP_ERR_BAD_FORMAT, "missing tensor token_embd.weight");
+      if (!embd) fail(QSP_ERR_BAD_FORMAT, "missing tensor %s", tensor_name(kTokenEmbd).c_str());
       vocab = embd->rows();
     }
   }
@@ -184,9 +212,9 @@ Model resolve_model(const File& f) {
       fail(QSP_ERR_UNSUPPORTED, "tensor %s: qsp does not support bias tensors", n.c_str());
   }
 
-  // Finds a tensor and checks its type and shape: rows x cols in qsp terms,
-  // i.e. GGUF ne = [cols, rows] (vectors: [cols]).
-  auto need = [&](const std::string& name, bool vector, uint64_t rows, uint64_t cols, const char* what) -> int64_t {
+  // Finds the tensor of a slot and checks its type and shape: rows x cols in
+  // qsp terms, i.e. GGUF ne = [cols, rows] (vectors: [cols]).
+  auto need = [&](const std::string& name, const SlotDesc& slot) -> int64_t {
     const int64_t idx = f.tensor_index(name);
     if (idx < 0) {
       if (name.compare(0, 4, "blk.") == 0)
@@ -194,60 +222,46 @@ Model resolve_model(const File& f) {
       fail(QSP_ERR_BAD_FORMAT, "missing tensor %s", name.c_str());
     }
     const TensorInfo& t = f.tensors()[size_t(idx)];
-    if (!type_supported(t.type))
-      fail(QSP_ERR_UNSUPPORTED, "tensor %s has type %s (%d), qsp supports f32, f16, bf16, q4_0, q8_0", name.c_str(),
-           type_traits(t.type).name, t.type);
-    if (vector && type_quantized(t.type))
+    const fmt::Format* format = fmt::find(t.type);
+    if (!format)
+      fail(QSP_ERR_UNSUPPORTED, "tensor %s has type %s (%d), qsp supports %s", name.c_str(),
+           type_traits(t.type).name, t.type, fmt::names());
+    const bool vector = slot.role == TensorRole::kVector;
+    if (vector && format->quantized())
       fail(QSP_ERR_UNSUPPORTED, "tensor %s has type %s (%d); norm weights must be f32, f16 or bf16", name.c_str(),
-           type_traits(t.type).name, t.type);
+           format->name, t.type);
+    const uint64_t rows = dim_value(h, slot.rows), cols = dim_value(h, slot.cols);
     const bool ok = t.ne[0] == cols && t.ne[1] == rows && t.ne[2] == 1 && t.ne[3] == 1;
     if (!ok) {
       if (vector)
         fail(QSP_ERR_BAD_FORMAT, "tensor %s has shape %s, expected [%llu] (%s)", name.c_str(), shape_str(t).c_str(),
-             ull(cols), what);
-      fail(QSP_ERR_BAD_FORMAT, "tensor %s has shape %s, expected [%llu, %llu] (%s)", name.c_str(),
-           shape_str(t).c_str(), ull(cols), ull(rows), what);
+             ull(cols), dim_source(slot.cols));
+      fail(QSP_ERR_BAD_FORMAT, "tensor %s has shape %s, expected [%llu, %llu] (%s, %s)", name.c_str(),
+           shape_str(t).c_str(), ull(cols), ull(rows), dim_source(slot.cols), dim_source(slot.rows));
     }
     return idx;
   };
 
-  const uint64_t H = h.hidden, F = h.ffn, D = h.head_dim;
-  const uint64_t Q = uint64_t(h.n_heads) * D, KV = uint64_t(h.n_kv_heads) * D;
-  m.embd = need("token_embd.weight", false, h.vocab, H, "embedding_length, vocabulary size");
-  m.out_norm = need("output_norm.weight", true, 1, H, "embedding_length");
-  h.tied = f.find_tensor("output.weight") == nullptr;
-  m.output = h.tied ? m.embd : need("output.weight", false, h.vocab, H, "embedding_length, vocabulary size");
-
-  struct SlotShape {
-    bool vector;
-    uint64_t rows, cols;
-    const char* what;
-  };
-  const SlotShape shapes[kSlotCount] = {
-      {true, 1, H, "embedding_length"},
-      {false, Q, H, "embedding_length, head_count * key_length"},
-      {false, KV, H, "embedding_length, head_count_kv * key_length"},
-      {false, KV, H, "embedding_length, head_count_kv * key_length"},
-      {true, 1, D, "key_length"},
-      {true, 1, D, "key_length"},
-      {false, H, Q, "head_count * key_length, embedding_length"},
-      {true, 1, H, "embedding_length"},
-      {false, F, H, "embedding_length, feed_forward_length"},
-      {false, F, H, "embedding_length, feed_forward_length"},
-      {false, H, F, "feed_forward_length, embedding_length"},
-  };
+  // The model slots; the LM head is the embedding when the file has no output.weight.
+  h.tied = f.find_tensor(tensor_name(kLmHead)) == nullptr;
+  for (int s = 0; s < kModelSlotCount; ++s) {
+    if (s == kLmHead && h.tied) {
+      m.model[size_t(s)] = m.model[kTokenEmbd];
+      continue;
+    }
+    m.model[size_t(s)] = need(tensor_name(ModelSlot(s)), kModelSlots[s]);
+  }
   // Grown layer by layer: an absurd block_count fails at its first missing
   // tensor instead of allocating for it.
   for (uint32_t l = 0; l < h.n_layers; ++l) {
-    std::array<int64_t, kSlotCount> idx;
-    for (int s = 0; s < kSlotCount; ++s) {
-      if ((s == kQNorm || s == kKNorm) && !h.qk_norm) {
+    std::array<int64_t, kLayerSlotCount> idx;
+    for (int s = 0; s < kLayerSlotCount; ++s) {
+      const SlotDesc& slot = kLayerSlots[s];
+      if (slot.qk_norm_only && !h.qk_norm) {
         idx[size_t(s)] = -1;
         continue;
       }
-      const std::string name = "blk." + std::to_string(l) + "." + kSlotNames[s] + ".weight";
-      const SlotShape& sh = shapes[s];
-      idx[size_t(s)] = need(name, sh.vector, sh.rows, sh.cols, sh.what);
+      idx[size_t(s)] = need("blk." + std::to_string(l) + "." + slot.gguf + ".weight", slot);
     }
     m.layers.push_back(idx);
   }

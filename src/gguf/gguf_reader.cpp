@@ -256,8 +256,14 @@ std::unique_ptr<File> File::parse(const uint8_t* data, uint64_t size, uint64_t i
     for (uint32_t d = 0; d < t.n_dims; ++d) t.ne[d] = c.u64("a dimension");
     const uint32_t type = c.u32("the type");
     const uint64_t rel = c.u64("the data offset");
-    if (type > uint32_t(INT32_MAX) || !type_valid(int32_t(type)))
-      fail(QSP_ERR_UNSUPPORTED, "tensor %s has type id %u, which is not a GGML type this reader knows",
+    if (type >= uint32_t(kTypeCount))
+      fail(QSP_ERR_UNSUPPORTED,
+           "tensor %s has type id %u, which is newer than this reader (it knows GGML type ids up to %d, %s)",
+           shown.c_str(), type, kTypeCount - 1, type_traits(kTypeCount - 1).name);
+    if (!type_valid(int32_t(type)))
+      fail(QSP_ERR_UNSUPPORTED,
+           "tensor %s has type id %u, a GGML type that was removed (ids 4, 5, 31-33 and 36-38 are no longer "
+           "used); re-convert the model",
            shown.c_str(), type);
     t.type = int32_t(type);
     const TypeTraits& tt = type_traits(t.type);
@@ -286,15 +292,18 @@ std::unique_ptr<File> File::parse(const uint8_t* data, uint64_t size, uint64_t i
   const uint64_t header_end = c.pos();
   const uint64_t pad = (f->alignment_ - header_end % f->alignment_) % f->alignment_;
   f->data_offset_ = header_end + pad;  // header_end <= size < 2^64 - 2^30: no overflow
+  // Every tensor's byte range [offset, offset + n_bytes) must lie inside the
+  // data section, zero-sized tensors included: a tensor with a zero dimension
+  // is accepted, and its offset is checked like any other (docs/GGUF.md).
+  if (f->data_offset_ > size && !f->tensors_.empty())
+    fail(QSP_ERR_BAD_FORMAT,
+         "truncated file: the tensor data section would start at offset %llu (the tensor infos end at %llu, "
+         "aligned to %u), past the end of the file (%llu bytes)",
+         ull(f->data_offset_), ull(header_end), f->alignment_, ull(size));
   const uint64_t data_size = f->data_offset_ <= size ? size - f->data_offset_ : 0;
   for (size_t i = 0; i < f->tensors_.size(); ++i) {
     TensorInfo& t = f->tensors_[i];
     const uint64_t rel = rel_offsets[i];
-    if (f->data_offset_ > size && t.n_bytes > 0)
-      fail(QSP_ERR_BAD_FORMAT,
-           "truncated file: the tensor data section would start at offset %llu, past the end of the file "
-           "(%llu bytes)",
-           ull(f->data_offset_), ull(size));
     if (rel > data_size || t.n_bytes > data_size - rel)
       fail(QSP_ERR_BAD_FORMAT,
            "tensor %s: its data (%llu bytes at offset %llu of the data section) ends past the end of the file: "

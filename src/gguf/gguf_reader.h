@@ -1,38 +1,31 @@
 // The GGUF parser (internal): turns a byte buffer into a validated directory
 // of metadata and tensors, and maps a parsed file onto a qsp model (the
-// architecture, its hyperparameters, the tensor of every slot). It reads only
-// the buffer it is given, checking every count, length, offset and size
-// (overflow-safe) before use; failures throw gguf::Error with a qsp status.
+// architecture, its hyperparameters, the tensor of every weight slot). It
+// reads only the buffer it is given, checking every count, length, offset and
+// size (overflow-safe) before use; failures throw qsp::Error with a status.
 //
-// The component uses nothing of libqsp but the public header: the C boundary
-// (gguf_api.cpp) drives qsp.h to create contexts and upload weights.
+// What it takes from the rest of the library: the error type
+// (common/error.h), the engine's table of weight slots (engine/slots.h: which
+// tensors a model has, their GGUF names and shape rules) and the format
+// registry (formats/format.h: which tensor types qsp computes). Contexts are
+// created and weights uploaded through the public C API only (gguf_api.cpp).
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <exception>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/error.h"
+#include "engine/slots.h"
 #include "qsp/qsp.h"
 
 namespace qsp {
 namespace gguf {
 
-class Error : public std::exception {
- public:
-  Error(qsp_status status, std::string message) : status_(status), message_(std::move(message)) {}
-  qsp_status status() const { return status_; }
-  const char* what() const noexcept override { return message_.c_str(); }
-
- private:
-  qsp_status status_;
-  std::string message_;
-};
-
-// Throws Error(status, printf-formatted message).
+// Throws qsp::Error(status, printf-formatted message).
 [[noreturn]] void fail(qsp_status status, const char* fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -49,7 +42,7 @@ struct KeyValue {
 
 struct TensorInfo {
   std::string name;
-  int32_t type = 0;          // GGML type id (valid: type_valid())
+  int32_t type = 0;          // GGML type id (one type_traits() knows)
   uint32_t n_dims = 0;
   uint64_t ne[4] = {1, 1, 1, 1};
   uint64_t offset = 0;       // absolute buffer offset of the data
@@ -110,12 +103,6 @@ uint64_t file_identity(uint64_t dev, uint64_t ino, uint64_t size, int64_t mtime_
 uint64_t content_identity(const uint8_t* data, uint64_t size);
 
 // ---- The model a file describes ---------------------------------------------
-enum Slot : int {
-  kAttnNorm = 0, kWq, kWk, kWv, kQNorm, kKNorm, kWo, kFfnNorm, kWGate, kWUp, kWDown, kSlotCount
-};
-// GGUF tensor name suffix of each slot: blk.N.<suffix>.weight.
-extern const char* const kSlotNames[kSlotCount];
-
 struct Hyper {  // as the metadata states them (best effort; 0 = unknown)
   std::string arch;
   bool known_arch = false;
@@ -130,8 +117,10 @@ Hyper read_hyper(const File& f);
 
 struct Model {
   Hyper h;  // fully validated
-  std::vector<std::array<int64_t, kSlotCount>> layers;  // tensor indices; -1: none (q/k norm of llama)
-  int64_t embd = -1, out_norm = -1, output = -1;      // output == embd when tied
+  // Tensor indices by slot (engine/slots.h); -1: the slot is not part of this
+  // model (q/k norms of llama). kLmHead == kTokenEmbd's index when tied.
+  std::vector<std::array<int64_t, kLayerSlotCount>> layers;
+  std::array<int64_t, kModelSlotCount> model{};
 };
 // Checks everything qsp needs from the file; throws BAD_FORMAT / UNSUPPORTED.
 Model resolve_model(const File& f);

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "gguf/gguf_synth.h"
+#include "gguf_write/gguf_synth.h"
 #include "qsp/qsp.h"
 
 static int die(const std::string& what) {

@@ -66,7 +66,7 @@ exit_codes)
   expect 2 "$qsp" bench -p 16,abc
   expect 2 "$qsp" synth "$work/x.gguf" && err_has "--preset"
   expect 2 "$qsp" synth --preset nope "$work/x.gguf" && err_has "unknown preset"
-  expect 2 "$qsp" synth --preset tiny --type q6_K "$work/x.gguf" && err_has "--type"
+  expect 2 "$qsp" synth --preset tiny --type q9_9 "$work/x.gguf" && err_has "--type"
   expect 2 "$qsp" synth --preset tiny
   expect 2 "$qsp" info --tensors=yes
   # Runtime errors: 1.
@@ -78,6 +78,9 @@ exit_codes)
   expect 0 "$qsp" synth --preset micro "$work/m.gguf"
   head -c 3000 "$work/m.gguf" >"$work/cut.gguf"
   expect 1 "$qsp" info "$work/cut.gguf" && err_has "truncated"
+  # Type ids newer than the reader (tests/data/gguf/make_files.py): unsupported, named as such.
+  expect 1 "$qsp" info "$here/../data/gguf/type_id_43" && err_has "type id 43, which is newer than this reader"
+  expect 1 "$qsp" info "$here/../data/gguf/zero_size_tensor_past_eof" && err_has "truncated file"
   expect 1 "$qsp" synth --preset micro "$work/m.gguf" && err_has "exists"
   expect 0 "$qsp" synth --preset micro --force "$work/m.gguf"
   expect 1 "$qsp" prefill "$work/m.gguf" --random 300 && err_has "context length"
@@ -91,6 +94,12 @@ commands)
     && out_has "KV cache" && out_has "q4_0 x16"
   expect 0 "$qsp" info "$work/tiny.gguf" --tensors && out_has "blk.1.ffn_down.weight" && out_has "output.weight"
   expect 0 "$qsp" info && out_has "built-in tiny model"
+  out_has "computable:   yes"
+  # A valid file of types qsp does not compute (tests/data/gguf/make_files.py): described, and named.
+  expect 0 "$qsp" info "$here/../data/gguf/types_mix" && out_has "nvfp4 x2 (144 B)" && out_has "mxfp4 x1" \
+    && out_has "computable:   no, qsp does not compute iq4_nl (1 tensor), mxfp4 (1 tensor), nvfp4 (2 tensors)" \
+    && out_has "runnable:     no: qsp does not compute iq4_nl"
+  expect 0 "$qsp" info "$here/../data/gguf/types_mix" --tensors && out_has "c.weight" && out_has "nvfp4"
   expect 0 "$qsp" prefill "$work/tiny.gguf" --random 40 --seed 3 --chunk 7 --top 3 --backend cpu -t 2 \
     && out_has "40 tokens" && out_has "chunks of 7" && out_has "top-3"
   expect 0 "$qsp" prefill --random 16 --top 0

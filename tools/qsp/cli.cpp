@@ -9,8 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "gguf/gguf_format.h"
-#include "gguf/gguf_synth.h"
+#include "gguf_write/gguf_synth.h"
 
 namespace qsp_cli {
 
@@ -179,6 +178,15 @@ std::string Model::summary() const {
   return b;
 }
 
+bool computable(int32_t type) { return std::strcmp(qsp_dtype_name(type), "unknown") != 0; }
+
+std::vector<int32_t> computable_types() {
+  std::vector<int32_t> r;
+  for (int32_t t = 0; t < 256; ++t)  // GGML type ids are small (42 is the newest today)
+    if (computable(t)) r.push_back(t);
+  return r;
+}
+
 namespace {
 
 void log_to_stderr(int32_t level, const char* message, void*) {
@@ -263,8 +271,11 @@ std::vector<int32_t> random_tokens(uint32_t n, uint32_t vocab, uint64_t seed) {
   std::vector<int32_t> t(n);
   uint64_t s = seed;
   for (auto& x : t) {
-    s += 0x9E3779B97F4A7C15ull;
-    x = int32_t(qsp::gguf::mix64(s) % vocab);
+    s += 0x9E3779B97F4A7C15ull;  // splitmix64
+    uint64_t z = s;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    x = int32_t((z ^ (z >> 31)) % vocab);
   }
   return t;
 }

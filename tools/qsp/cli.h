@@ -97,6 +97,13 @@ struct ContextGuard {
 // Throws RuntimeError("<what>: <message>") when st is not QSP_OK.
 void check(qsp_status st, qsp_context* ctx, const std::string& what);
 
+// ---- tensor types ------------------------------------------------------------
+// Whether the library computes a GGML type id: the library's own answer
+// (qsp_dtype_name knows exactly the formats of its registry).
+bool computable(int32_t type);
+// Every type id the library computes, in id order.
+std::vector<int32_t> computable_types();
+
 // ---- output ----------------------------------------------------------------
 double now_seconds();
 std::string human_bytes(uint64_t n);

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "cli.h"
-#include "gguf/gguf_synth.h"
+#include "gguf_write/gguf_synth.h"
 
 namespace qsp_cli {
 
@@ -90,13 +90,18 @@ void write_logits(const std::string& path, const float* logits, uint32_t n) {
   if (std::fclose(f) != 0 || w != n) throw RuntimeError("cannot write " + path + ": " + std::strerror(e));
 }
 
+// "q4_0, q8_0, ...": the matrix types `qsp synth` writes (every format the
+// library computes).
+std::string wtype_names() {
+  std::string r;
+  for (int32_t t : computable_types()) r += (r.empty() ? "" : ", ") + std::string(qsp_dtype_name(t));
+  return r;
+}
+
 int32_t wtype_of(const std::string& s) {
-  if (s == "q4_0") return QSP_DTYPE_Q4_0;
-  if (s == "q8_0") return QSP_DTYPE_Q8_0;
-  if (s == "f16") return QSP_DTYPE_F16;
-  if (s == "bf16") return QSP_DTYPE_BF16;
-  if (s == "f32") return QSP_DTYPE_F32;
-  throw UsageError("--type expects q4_0, q8_0, f16, bf16 or f32, got '" + s + "'");
+  for (int32_t t : computable_types())
+    if (s == qsp_dtype_name(t)) return t;
+  throw UsageError("--type expects one of " + wtype_names() + ", got '" + s + "'");
 }
 
 }  // namespace
@@ -145,12 +150,20 @@ int cmd_info(const std::vector<std::string>& argv) {
   }
   std::printf("tensor types:");
   const char* sep = " ";
+  std::string cannot;  // the types qsp does not compute, with their tensor counts
   for (const auto& kv : by_type) {
     std::printf("%s%s x%" PRIu64 " (%s)", sep, qsp_gguf_type_name(kv.first), kv.second.first,
                 human_bytes(kv.second.second).c_str());
     sep = ", ";
+    if (!computable(kv.first))
+      cannot += (cannot.empty() ? "" : ", ") + std::string(qsp_gguf_type_name(kv.first)) + " (" +
+                std::to_string(kv.second.first) + (kv.second.first == 1 ? " tensor)" : " tensors)");
   }
   std::printf("\n");
+  if (cannot.empty())
+    std::printf("computable:   yes, qsp computes every tensor type of the file\n");
+  else
+    std::printf("computable:   no, qsp does not compute %s\n", cannot.c_str());
   std::printf("weights:      %s\n", human_bytes(i.weight_bytes).c_str());
   const uint64_t kv_elems = 2ull * i.n_layers * i.n_kv_heads * i.head_dim * uint64_t(i.context_length);
   std::printf("KV cache:     %s at %u tokens on CUDA (fp16), %s on the CPU (fp32); %s per 1k tokens (CUDA)\n",
@@ -165,6 +178,9 @@ int cmd_info(const std::vector<std::string>& argv) {
   qsp_context_params_init(&p);
   if (qsp_gguf_fill_params(g, &p) == QSP_OK)
     std::printf("runnable:     yes\n");
+  else if (!cannot.empty())
+    std::printf("runnable:     no: qsp does not compute %s (first problem found: %s)\n", cannot.c_str(),
+                qsp_gguf_last_error());
   else
     std::printf("runnable:     no: %s\n", qsp_gguf_last_error());
 
@@ -365,7 +381,7 @@ int cmd_synth(const std::vector<std::string>& argv) {
                                    {"--help", "-h", false}});
   if (a.has("--help")) {
     std::printf(
-        "usage: qsp synth --preset NAME [--type q4_0|q8_0] [--seed S] OUT.gguf\n"
+        "usage: qsp synth --preset NAME [--type TYPE] [--seed S] OUT.gguf\n"
         "Writes a GGUF v3 file with deterministic random weights of realistic scale in\n"
         "the shapes and tensor names of a real architecture (no tokenizer:\n"
         "tokenizer.ggml.model = \"none\" and <arch>.vocab_size). Large presets stream to\n"
@@ -373,8 +389,10 @@ int cmd_synth(const std::vector<std::string>& argv) {
         "  -p, --preset NAME  one of:\n");
     for (const auto& p : qsp::gguf::synth_presets())
       std::printf("                       %-12s %s\n", p.name.c_str(), p.about.c_str());
+    std::printf("  --type T           matrix type, q4_0 by default (norms are f32); one of\n"
+                "                       %s\n",
+                wtype_names().c_str());
     std::printf(
-        "  --type T           matrix type: q4_0 (default), q8_0, f16, bf16, f32 (norms are f32)\n"
         "  -s, --seed S       seed (default 1)\n"
         "  -t, --threads N    generator threads (default: one per core)\n"
         "  -f, --force        overwrite OUT if it exists\n"
@@ -402,7 +420,7 @@ int cmd_synth(const std::vector<std::string>& argv) {
   const double t0 = now_seconds();
   try {
     qsp::gguf::synth_file(out, *p, wtype, seed, threads, [&](uint64_t d, uint64_t t) { bar.update(d, t); });
-  } catch (const std::runtime_error& err) {
+  } catch (const std::exception& err) {  // I/O, or a type whose block does not divide the preset's shapes
     bar.finish();
     throw RuntimeError(err.what());
   }

@@ -1,11 +1,13 @@
-// Synthetic models (internal; `qsp synth`, the CLI's built-in model, tests,
-// fuzz corpus): deterministic random weights of realistic scale in the shapes
-// and GGUF naming of real architectures, with no tokenizer
+// Synthetic models (part of the tool-side library qsp_gguf_write, not of
+// libqsp: `qsp synth`, the CLI's built-in model, tests, fuzz corpus):
+// deterministic random weights of realistic scale in the shapes and GGUF
+// naming of real architectures, with no tokenizer
 // (tokenizer.ggml.model = "none" and <arch>.vocab_size).
 //
 // Scales: projections ~ N(0, 0.6 / sqrt(fan_in)), the LM head ~ N(0, 2 /
 // sqrt(hidden)), embeddings ~ N(0, 0.05), norm weights ~ N(1, 0.2) in f32;
-// quantized with the reference quantizers (common/quant.h). Every row comes
+// quantized with GGML's reference quantizer of the format registry
+// (fmt::find(type)->quantize), so every format qsp computes can be written. Every row comes
 // from its own seed (file seed, tensor name, row), so the bytes do not depend
 // on the number of threads.
 #pragma once
@@ -14,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "gguf/gguf_writer.h"
+#include "gguf_write/gguf_writer.h"
 
 namespace qsp {
 namespace gguf {
@@ -41,10 +43,11 @@ struct SynthTensor {
 };
 
 // The tensors of a preset in file order: token_embd, blk.N.*, output_norm,
-// output (unless tied). wtype (f32, f16, bf16, q4_0, q8_0) applies to every
+// output (unless tied). wtype (any format of the registry) applies to every
 // matrix, norms are f32.
 std::vector<SynthTensor> synth_tensors(const SynthPreset& p, int32_t wtype, uint64_t seed);
-// Rows [r0, r1) of t, encoded in t.type, into dst.
+// Rows [r0, r1) of t, encoded in t.type, into dst. Throws
+// std::invalid_argument for a type the format registry does not know.
 void synth_rows(const SynthTensor& t, uint64_t r0, uint64_t r1, uint8_t* dst);
 // The whole tensor (rows * row bytes).
 std::vector<uint8_t> synth_tensor_bytes(const SynthTensor& t);

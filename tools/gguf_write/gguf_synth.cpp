@@ -1,10 +1,12 @@
-#include "gguf/gguf_synth.h"
+#include "gguf_write/gguf_synth.h"
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
-#include "common/quant.h"
+#include "formats/format.h"
 #include "gguf/gguf_format.h"
+#include "qsp/qsp.h"
 
 namespace qsp {
 namespace gguf {
@@ -118,27 +120,15 @@ void normal_row(uint64_t seed, float mean, float sd, float* out, uint64_t n) {
 }  // namespace
 
 void synth_rows(const SynthTensor& t, uint64_t r0, uint64_t r1, uint8_t* dst) {
-  const uint64_t rb = row_bytes(t.type, t.cols);
+  // Every format qsp computes comes with GGML's reference quantizer.
+  const fmt::Format* f = fmt::find(t.type);
+  if (!f) throw std::invalid_argument("synth: tensor " + t.name + ": qsp has no quantizer for type id " +
+                                      std::to_string(t.type));
+  const uint64_t rb = f->row_bytes(t.cols);
   std::vector<float> x(t.cols);
   for (uint64_t r = r0; r < r1; ++r, dst += rb) {
     normal_row(mix64(t.seed ^ mix64(r + 1)), t.mean, t.stddev, x.data(), t.cols);
-    switch (t.type) {
-      case QSP_DTYPE_Q4_0: quantize_row_q4_0(x.data(), reinterpret_cast<BlockQ4_0*>(dst), t.cols); break;
-      case QSP_DTYPE_Q8_0: quantize_row_q8_0(x.data(), reinterpret_cast<BlockQ8_0*>(dst), t.cols); break;
-      case QSP_DTYPE_F16:
-        for (uint64_t c = 0; c < t.cols; ++c) {
-          const uint16_t h = fp32_to_fp16(x[c]);
-          std::memcpy(dst + 2 * c, &h, 2);
-        }
-        break;
-      case QSP_DTYPE_BF16:
-        for (uint64_t c = 0; c < t.cols; ++c) {
-          const uint16_t h = fp32_to_bf16(x[c]);
-          std::memcpy(dst + 2 * c, &h, 2);
-        }
-        break;
-      default: std::memcpy(dst, x.data(), t.cols * sizeof(float)); break;
-    }
+    f->quantize(x.data(), dst, t.cols);
   }
 }
 
@@ -151,20 +141,27 @@ std::vector<uint8_t> synth_tensor_bytes(const SynthTensor& t) {
 Writer synth_writer(const SynthPreset& p, int32_t wtype, uint64_t seed, std::vector<SynthTensor>* tensors) {
   Writer w(kDefaultAlignment, 3);
   const std::string& a = p.arch;
-  uint32_t file_type = 0;  // llama.cpp's LLAMA_FTYPE_*
+  // llama.cpp's LLAMA_FTYPE_* of a file whose matrices are all of one type
+  // (the K-quants: their _M variant); -1: none fits, the key is left out.
+  int64_t file_type = -1;
   switch (wtype) {
-    case QSP_DTYPE_F32: file_type = 0; break;
-    case QSP_DTYPE_F16: file_type = 1; break;
-    case QSP_DTYPE_Q4_0: file_type = 2; break;
-    case QSP_DTYPE_Q8_0: file_type = 7; break;
-    case QSP_DTYPE_BF16: file_type = 32; break;
+    case 0: file_type = 0; break;    // f32
+    case 1: file_type = 1; break;    // f16
+    case 2: file_type = 2; break;    // q4_0
+    case 8: file_type = 7; break;    // q8_0
+    case 10: file_type = 10; break;  // q2_K
+    case 11: file_type = 12; break;  // q3_K -> Q3_K_M
+    case 12: file_type = 15; break;  // q4_K -> Q4_K_M
+    case 13: file_type = 17; break;  // q5_K -> Q5_K_M
+    case 14: file_type = 18; break;  // q6_K
+    case 30: file_type = 32; break;  // bf16
     default: break;
   }
   w.add_string("general.architecture", a);
   w.add_string("general.name", "qsp synth " + p.name + " (" + qsp_dtype_name(wtype) + ", seed " +
                                    std::to_string(seed) + ")");
   w.add_u32("general.alignment", kDefaultAlignment);
-  w.add_u32("general.file_type", file_type);
+  if (file_type >= 0) w.add_u32("general.file_type", uint32_t(file_type));
   w.add_u32("general.quantization_version", 2);
   w.add_u32(a + ".block_count", p.n_layers);
   w.add_u32(a + ".context_length", p.context_length);

@@ -1,4 +1,4 @@
-#include "gguf/gguf_writer.h"
+#include "gguf_write/gguf_writer.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -75,8 +75,15 @@ size_t Writer::add_tensor(const std::string& name, int32_t type, const std::vect
   t.name = name;
   t.type = type;
   t.ne = ne;
-  const uint64_t row = row_bytes(type, ne.empty() ? 1 : ne[0]);
-  if (row == 0) throw std::invalid_argument("gguf writer: tensor " + name + ": bad type or ne[0]");
+  const uint64_t n0 = ne.empty() ? 1 : ne[0];
+  const TypeTraits& tt = type_traits(type);
+  if (!tt.name)
+    throw std::invalid_argument("gguf writer: tensor " + name + ": unknown GGML type id " + std::to_string(type));
+  const uint64_t row = row_bytes(type, n0);
+  if (row == 0)
+    throw std::invalid_argument("gguf writer: tensor " + name + ": ne[0] = " + std::to_string(n0) +
+                                " is not a multiple of the " + tt.name + " block (" + std::to_string(tt.block_size) +
+                                " elements)");
   t.n_bytes = row * t.rows();
   t.offset = data_size_;
   data_size_ += t.n_bytes + pad_to(t.n_bytes, alignment_);

@@ -1,11 +1,11 @@
-// A GGUF v3 (or v2) writer (internal; used by `qsp synth`, the tests and the
-// fuzz corpus). It follows the GGUF spec exactly: header (magic "GGUF", u32
-// version, u64 tensor count, u64 metadata count), metadata (gguf string key,
-// u32 type, value), tensor infos (name, u32 n_dims, u64 dims, u32 type, u64
-// offset relative to the data section, each aligned), zero padding up to the
-// aligned data section, then each tensor's data padded to the alignment.
-// Tensor data is produced row block by row block and streamed, so files far
-// larger than memory can be written.
+// A GGUF v3 (or v2) writer (the tool-side library qsp_gguf_write, not part of
+// libqsp; used by `qsp synth`, the tests and the fuzz corpus). It follows the
+// GGUF spec exactly: header (magic "GGUF", u32 version, u64 tensor count, u64
+// metadata count), metadata (gguf string key, u32 type, value), tensor infos
+// (name, u32 n_dims, u64 dims, u32 type, u64 offset relative to the data
+// section, each aligned), zero padding up to the aligned data section, then
+// each tensor's data padded to the alignment. Tensor data is produced row block
+// by row block and streamed, so files far larger than memory can be written.
 #pragma once
 
 #include <cstdint>
