@@ -65,6 +65,23 @@ add_custom_target(qsp_package_files ALL DEPENDS ${_qsp_pkg_outputs})
 # checks it against the built library. CPack names control files after their
 # file name, hence the copy to a file called `symbols`.
 configure_file(${QSP_PKG_DIR}/${QSP_DEB_RUNTIME}.symbols ${QSP_PKG_OUT}/${QSP_DEB_RUNTIME}/symbols COPYONLY)
+# The shlibs file (policy 8.6.4 wants it beside the symbols file; dpkg-shlibdeps
+# prefers the symbols): the version of the newest symbol, which a program
+# built against this package may use; at most this package's own version (a
+# tree ahead of its version bump exports symbols dated to the next release).
+file(STRINGS ${QSP_PKG_DIR}/${QSP_DEB_RUNTIME}.symbols _qsp_sym_lines REGEX "^ [^ ]+ [0-9]")
+set(_qsp_sym_versions)
+foreach(_l IN LISTS _qsp_sym_lines)
+  string(REGEX REPLACE "^ [^ ]+ ([^ ]+).*" "\\1" _v "${_l}")
+  list(APPEND _qsp_sym_versions ${_v})
+endforeach()
+list(SORT _qsp_sym_versions COMPARE NATURAL ORDER DESCENDING)
+list(GET _qsp_sym_versions 0 QSP_SHLIBS_MINVER)
+if(QSP_SHLIBS_MINVER VERSION_GREATER PROJECT_VERSION)
+  set(QSP_SHLIBS_MINVER ${PROJECT_VERSION})
+endif()
+file(WRITE ${QSP_PKG_OUT}/${QSP_DEB_RUNTIME}/shlibs
+  "libqsp ${PROJECT_VERSION_MAJOR} ${QSP_DEB_RUNTIME} (>= ${QSP_SHLIBS_MINVER})\n")
 
 # ---- CPack ---------------------------------------------------------------------
 set(CPACK_GENERATOR DEB)
@@ -94,11 +111,12 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_MULTIARCH same)
 # The trigger replaces ldconfig calls in maintainer scripts. CPack writes a
-# postinst/postrm calling ldconfig for any library under /usr/lib; naming a
-# postinst and postrm here stops that, and packaging/QspDebPostBuild.cmake
-# checks that none reached the package.
+# postinst/postrm calling ldconfig for any library under /usr/lib:
+# packaging/QspDebPostBuild.cmake takes them out of the finished package.
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_EXTRA
-  ${QSP_PKG_OUT}/${QSP_DEB_RUNTIME}/symbols ${QSP_PKG_DIR}/triggers)
+  ${QSP_PKG_OUT}/${QSP_DEB_RUNTIME}/symbols ${QSP_PKG_OUT}/${QSP_DEB_RUNTIME}/shlibs ${QSP_PKG_DIR}/triggers)
+set(CPACK_POST_BUILD_SCRIPTS ${QSP_PKG_DIR}/QspDebPostBuild.cmake)
+set(CPACK_QSP_DEB_RUNTIME ${QSP_DEB_RUNTIME})
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME ${QSP_DEB_DEV})
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
