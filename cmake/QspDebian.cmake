@@ -58,6 +58,13 @@ if(TARGET qsp_cli)
   endif()
 endif()
 add_custom_target(qsp_package_files ALL DEPENDS ${_qsp_pkg_outputs})
+# Debug information for qsp-tools-dbgsym (the package itself ships the tool
+# stripped): without it the .debug file would hold the symbol table alone
+# (lintian: debug-file-with-no-debug-symbols). The library's C boundary is
+# compiled with -g already (for abidw).
+if(TARGET qsp_cli)
+  target_compile_options(qsp_cli PRIVATE -g)
+endif()
 
 # ---- symbols file and ldconfig trigger of libqsp1 ----------------------------------
 # packaging/libqsp1.symbols lists every exported symbol with the version that
