@@ -41,6 +41,11 @@ foreach(comp runtime dev tools)
   string(TOUPPER ${comp} _up)
   set(_doc ${CMAKE_INSTALL_DATAROOTDIR}/doc/${QSP_DEB_${_up}})
   install(FILES ${QSP_PKG_DIR}/copyright ${QSP_PKG_OUT}/changelog.gz DESTINATION ${_doc} COMPONENT ${comp})
+  # lintian overrides, each with its reason in a comment (none today: docs/PACKAGING.md).
+  if(EXISTS ${QSP_PKG_DIR}/lintian/${QSP_DEB_${_up}})
+    install(FILES ${QSP_PKG_DIR}/lintian/${QSP_DEB_${_up}}
+      DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/lintian/overrides COMPONENT ${comp})
+  endif()
 endforeach()
 
 # ---- qsp(1), generated from `qsp --help` (packaging/make-manpage) -------------------
