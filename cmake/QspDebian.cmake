@@ -121,7 +121,6 @@ file(READ ${QSP_PKG_DIR}/${QSP_DEB_TOOLS}.description CPACK_DEBIAN_TOOLS_DESCRIP
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME ${QSP_DEB_RUNTIME})
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION libs)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SHLIBDEPS ON)
-set(CPACK_DEBIAN_RUNTIME_PACKAGE_MULTIARCH same)
 # The trigger replaces ldconfig calls in maintainer scripts. CPack writes a
 # postinst/postrm calling ldconfig for any library under /usr/lib:
 # packaging/QspDebPostBuild.cmake takes them out of the finished package.
@@ -129,11 +128,16 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_EXTRA
   ${QSP_PKG_OUT}/${QSP_DEB_RUNTIME}/symbols ${QSP_PKG_OUT}/${QSP_DEB_RUNTIME}/shlibs ${QSP_PKG_DIR}/triggers)
 set(CPACK_POST_BUILD_SCRIPTS ${QSP_PKG_DIR}/QspDebPostBuild.cmake)
 set(CPACK_QSP_DEB_RUNTIME ${QSP_DEB_RUNTIME})
+# Multi-Arch: same (CPack 3.25 has no setting for it; the post-build script
+# adds it): the library and its development files live in the multiarch
+# directories, and what they share (/usr/include, /usr/share/doc) is the same
+# on every architecture, so libqsp1:amd64 and libqsp1:i386 can be installed
+# together.
+set(CPACK_QSP_MULTIARCH_SAME ${QSP_DEB_RUNTIME} ${QSP_DEB_DEV})
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME ${QSP_DEB_DEV})
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "${QSP_DEB_RUNTIME} (= ${PROJECT_VERSION})")
-set(CPACK_DEBIAN_DEV_PACKAGE_MULTIARCH same)
 
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME ${QSP_DEB_TOOLS})
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION utils)

@@ -1,6 +1,7 @@
 # CPACK_POST_BUILD_SCRIPTS: the finishing touches CPack 3.25 cannot be told to
 # make, applied to the packages it wrote (each unpacked with dpkg-deb -R,
 # changed, packed again):
+# - libqsp1 and libqsp-dev get Multi-Arch: same (cmake/QspDebian.cmake says why);
 # - the shared-library package loses the postinst and postrm that CPackDeb
 #   writes for any library under /usr/lib: they only call ldconfig (lintian:
 #   maintscript-calls-ldconfig); the package carries the ldconfig trigger
@@ -14,6 +15,14 @@ function(qsp_repack pkg)
   file(REMOVE_RECURSE "${tree}")
   execute_process(COMMAND dpkg-deb -R "${pkg}" "${tree}" COMMAND_ERROR_IS_FATAL ANY)
   get_filename_component(name "${pkg}" NAME)
+  string(REGEX REPLACE "_.*" "" package "${name}")
+  if(package IN_LIST CPACK_QSP_MULTIARCH_SAME)
+    file(READ "${tree}/DEBIAN/control" control)
+    if(NOT control MATCHES "\nMulti-Arch:")
+      string(REPLACE "\nDescription:" "\nMulti-Arch: same\nDescription:" control "${control}")
+      file(WRITE "${tree}/DEBIAN/control" "${control}")
+    endif()
+  endif()
   if(name MATCHES "^${CPACK_QSP_DEB_RUNTIME}_.*\\.deb$")
     foreach(script postinst postrm)
       if(EXISTS "${tree}/DEBIAN/${script}")

@@ -8,6 +8,7 @@
 #   (packaging/update-symbols; docs/ABI.md, "The symbols file");
 # - no symbol is dated before its node exists (a QSP_1.1 symbol >= 1.1.0).
 set -euo pipefail
+export LC_ALL=C
 lib=$1 symbols=$2 map=$3 version=$4
 fail=0
 soname=$(readelf -d "$lib" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
