@@ -11,6 +11,10 @@ set(QSP_PKG_OUT ${PROJECT_BINARY_DIR}/packaging)
 set(QSP_DEB_RUNTIME libqsp${PROJECT_VERSION_MAJOR})
 set(QSP_DEB_DEV libqsp-dev)
 set(QSP_DEB_TOOLS qsp-tools)
+# Files read at configure time: an edit re-runs CMake.
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${QSP_PKG_DIR}/changelog
+  ${QSP_PKG_DIR}/${QSP_DEB_RUNTIME}.description ${QSP_PKG_DIR}/${QSP_DEB_DEV}.description
+  ${QSP_PKG_DIR}/${QSP_DEB_TOOLS}.description)
 
 if(NOT CMAKE_INSTALL_PREFIX STREQUAL "/usr")
   message(STATUS "qsp: CMAKE_INSTALL_PREFIX is ${CMAKE_INSTALL_PREFIX}; the Debian packages "
@@ -28,7 +32,9 @@ if(_qsp_at LESS 0)
 else()
   string(SUBSTRING "${_qsp_changelog}" ${_qsp_at} -1 _qsp_changelog)
 endif()
-file(CONFIGURE OUTPUT ${QSP_PKG_OUT}/changelog CONTENT "${_qsp_changelog}" @ONLY)
+# Written as is (no @VAR@ expansion), touched only when it changes.
+file(WRITE ${QSP_PKG_OUT}/changelog.new "${_qsp_changelog}")
+configure_file(${QSP_PKG_OUT}/changelog.new ${QSP_PKG_OUT}/changelog COPYONLY)
 # gzip -9n: maximal compression, no name or time stamp (reproducible).
 add_custom_command(OUTPUT ${QSP_PKG_OUT}/changelog.gz
   COMMAND gzip -9n -c ${QSP_PKG_OUT}/changelog > ${QSP_PKG_OUT}/changelog.gz
