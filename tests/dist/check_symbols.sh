@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The shared library exports exactly the documented API: every QSP_API
-# function of the public headers, nothing else, each in a QSP_1.<minor>
-# version node (QSP_1.0, and the node of the release that added it: src/qsp.map).
+# function of the public headers, nothing else, each in a version node of the
+# version script (QSP_1.0, QSP_1.1, ...).
 set -euo pipefail
-lib=$1 inc=$2
+lib=$1 inc=$2 map=$3
 here=$(dirname "$0")
 want=$("$here/public_symbols.sh" "$inc")
 have=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TDRBW]$/ {print $3}' | sed 's/@.*//' | sort -u)
@@ -12,8 +12,9 @@ if [ "$want" != "$have" ]; then
   diff <(echo "$want") <(echo "$have") || true
   exit 1
 fi
-bad=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TDRBW]$/ {print $3}' | grep -vE '@@QSP_1\.[0-9]+$' || true)
-if [ -n "$bad" ]; then echo "symbols outside the QSP_1.x version nodes: $bad"; exit 1; fi
+nodes=$(sed -n 's/^[[:space:]]*\(QSP_[0-9][0-9.]*\)[[:space:]]*{.*/\1/p' "$map" | sed 's/.*/@@&$/')
+bad=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TDRBW]$/ {print $3}' | grep -v -f <(echo "$nodes") || true)
+if [ -n "$bad" ]; then echo "symbols outside the version nodes of $(basename "$map"): $bad"; exit 1; fi
 soname=$(readelf -d "$lib" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
 [ "$soname" = "libqsp.so.1" ] || { echo "SONAME is '$soname', expected libqsp.so.1"; exit 1; }
 if readelf -d "$lib" | grep -q 'libcudart'; then echo "libcudart is linked dynamically"; exit 1; fi

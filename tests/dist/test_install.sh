@@ -2,8 +2,10 @@
 # Installs the build tree into a temporary prefix, then builds and runs a C
 # program through `pkg-config --cflags --libs qsp` and a C++ program through
 # find_package(qsp 1 CONFIG); both must run against the installed library.
+#   test_install.sh BUILD_DIR SOURCE_DIR [CUDA_LIBDIR]
+# CUDA_LIBDIR (CUDA builds): where libcudart_static.a is, for the static link.
 set -euo pipefail
-build=$1 src=$2
+build=$1 src=$2 cudalib=${3:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
@@ -13,6 +15,7 @@ cc -std=c99 -Wall -Wextra -Werror "$src/tests/dist/consumer.c" -o "$tmp/c_consum
 libdir=$(pkg-config --variable=libdir qsp)
 LD_LIBRARY_PATH=$libdir "$tmp/c_consumer"
 # The static archive through Libs.private.
+[ -z "$cudalib" ] || export LIBRARY_PATH=$cudalib${LIBRARY_PATH:+:$LIBRARY_PATH}
 cc -std=c99 "$src/tests/dist/consumer.c" -o "$tmp/c_static" $(pkg-config --cflags qsp) "$libdir/libqsp.a" \
   $(pkg-config --libs-only-other --libs-only-L --static qsp | sed 's/-lqsp//') $(pkg-config --libs --static qsp | sed 's/-lqsp//')
 "$tmp/c_static"
