@@ -7,6 +7,8 @@
  *                         after prefilling TOKENS on the CPU backend, 2 threads
  *   OUT/gguf_info.txt     "field value" lines of qsp_gguf_info and the tensor
  *                         count / first tensor's name, type and shape
+ *   OUT/gguf_layout.txt   sizeof/offsetof of qsp_gguf.h's structs, as
+ *                         common/ref_logits.c writes those of qsp.h
  *   OUT/bad_truncated.gguf  the first 1000 bytes of the file
  *   OUT/bad_magic.gguf      the file with its magic changed to "GGUX"
  *   OUT/bad_type.gguf       the file with one q4_0 tensor's type id changed to
@@ -17,6 +19,7 @@
  *
  * usage: gguf_ref MODEL.gguf OUT_DIR [CLI_LOGITS]
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +84,33 @@ static size_t type_field(const unsigned char* file, size_t n, const qsp_gguf_ten
   return 0;
 }
 
+#define SIZE(s) fprintf(f, "%s %u\n", #s, (unsigned)sizeof(s))
+#define OFF(s, m) fprintf(f, "%s.%s %u\n", #s, #m, (unsigned)offsetof(s, m))
+
+static int write_layout(const char* dir) {
+  char path[4096];
+  FILE* f;
+  snprintf(path, sizeof path, "%s/gguf_layout.txt", dir);
+  if (!(f = fopen(path, "w"))) return 1;
+  SIZE(qsp_gguf_info);
+  OFF(qsp_gguf_info, struct_size); OFF(qsp_gguf_info, version); OFF(qsp_gguf_info, file_size);
+  OFF(qsp_gguf_info, tensor_count); OFF(qsp_gguf_info, kv_count); OFF(qsp_gguf_info, data_offset);
+  OFF(qsp_gguf_info, weight_bytes); OFF(qsp_gguf_info, alignment); OFF(qsp_gguf_info, known_architecture);
+  OFF(qsp_gguf_info, architecture); OFF(qsp_gguf_info, name); OFF(qsp_gguf_info, n_layers);
+  OFF(qsp_gguf_info, hidden_size); OFF(qsp_gguf_info, intermediate_size); OFF(qsp_gguf_info, n_heads);
+  OFF(qsp_gguf_info, n_kv_heads); OFF(qsp_gguf_info, head_dim); OFF(qsp_gguf_info, vocab_size);
+  OFF(qsp_gguf_info, context_length); OFF(qsp_gguf_info, rms_eps); OFF(qsp_gguf_info, rope_theta);
+  OFF(qsp_gguf_info, rope_style); OFF(qsp_gguf_info, qk_norm); OFF(qsp_gguf_info, tied_embeddings);
+  OFF(qsp_gguf_info, file_type);
+  SIZE(qsp_gguf_tensor_desc);
+  OFF(qsp_gguf_tensor_desc, struct_size); OFF(qsp_gguf_tensor_desc, type); OFF(qsp_gguf_tensor_desc, n_dims);
+  OFF(qsp_gguf_tensor_desc, reserved); OFF(qsp_gguf_tensor_desc, name); OFF(qsp_gguf_tensor_desc, type_name);
+  OFF(qsp_gguf_tensor_desc, ne); OFF(qsp_gguf_tensor_desc, n_rows); OFF(qsp_gguf_tensor_desc, n_cols);
+  OFF(qsp_gguf_tensor_desc, offset); OFF(qsp_gguf_tensor_desc, n_bytes); OFF(qsp_gguf_tensor_desc, handle);
+  OFF(qsp_gguf_tensor_desc, data);
+  return fclose(f) != 0;
+}
+
 int main(int argc, char** argv) {
   char path[4096];
   qsp_gguf* g = NULL;
@@ -100,6 +130,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: gguf_ref MODEL.gguf OUT_DIR [CLI_LOGITS]\n");
     return 2;
   }
+  if (write_layout(argv[2])) return 1;
   if ((st = qsp_gguf_open(argv[1], &g)) != QSP_OK) return fail("open", st);
   qsp_gguf_info_init(&info);
   if ((st = qsp_gguf_get_info(g, &info)) != QSP_OK) return fail("info", st);
