@@ -7,6 +7,9 @@
  *                         after prefilling TOKENS on the CPU backend, 2 threads
  *   OUT/gguf_info.txt     "field value" lines of qsp_gguf_info and the tensor
  *                         count / first tensor's name, type and shape
+ *   OUT/gguf_top5.txt     what the bindings' README example prints for this
+ *                         file: the five largest logits (lowest id first
+ *                         on ties), "%d %.4f" each
  *   OUT/gguf_layout.txt   sizeof/offsetof of qsp_gguf.h's structs, as
  *                         common/ref_logits.c writes those of qsp.h
  *   OUT/bad_truncated.gguf  the first 1000 bytes of the file
@@ -188,6 +191,25 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (spill(argv[2], "gguf_logits.f32", logits, 4 * (size_t)n_vocab)) return 1;
+  {
+    int top[5], k, j;
+    uint32_t t;
+    for (k = 0; k < 5; ++k) top[k] = -1;
+    for (t = 0; t < n_vocab; ++t) {
+      for (k = 0; k < 5; ++k) {
+        if (top[k] < 0 || logits[t] > logits[top[k]]) {
+          for (j = 4; j > k; --j) top[j] = top[j - 1];
+          top[k] = (int)t;
+          break;
+        }
+      }
+    }
+    snprintf(path, sizeof path, "%s/gguf_top5.txt", argv[2]);
+    if (!(f = fopen(path, "w"))) return 1;
+    fprintf(f, "top 5 of %u logits after %u tokens:\n", n_vocab, (unsigned)N_TOKENS);
+    for (k = 0; k < 5; ++k) fprintf(f, "%d %.4f\n", top[k], (double)logits[top[k]]);
+    if (fclose(f) != 0) return 1;
+  }
   if (argc > 3) {
     size_t n_cli = 0;
     unsigned char* cli = slurp(argv[3], &n_cli);
