@@ -229,3 +229,28 @@ def test_abi_mismatch_fails_at_import():
     r = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, %r); import qsp" % pkg],
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     assert r.returncode != 0 and "cannot find libqsp" in r.stderr and "QSP_LIBRARY" in r.stderr
+
+
+def _import_in_child(env):
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(qsp.__file__)))
+    code = "import sys; sys.path.insert(0, %r); import qsp; print(qsp._ffi.lib._name)" % pkg
+    return subprocess.run([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True)
+
+
+def test_library_found_through_pkg_config():
+    if not os.environ.get("PKG_CONFIG_PATH"):
+        pytest.skip("PKG_CONFIG_PATH is not set (ctest sets it)")
+    env = {k: v for k, v in os.environ.items() if k not in ("QSP_LIBRARY", "LD_LIBRARY_PATH")}
+    r = _import_in_child(env)
+    assert r.returncode == 0, r.stderr
+    pc = subprocess.run(["pkg-config", "--variable=libdir", "qsp"], env=env, stdout=subprocess.PIPE,
+                        universal_newlines=True).stdout.strip()
+    # libqsp.so.1 through the loader only if one is installed system-wide.
+    assert r.stdout.strip() in (os.path.join(pc, "libqsp.so.1"), "libqsp.so.1"), r.stdout
+
+    env.pop("PKG_CONFIG_PATH")
+    r = _import_in_child(env)
+    if r.returncode == 0:
+        pytest.skip("a libqsp.so.1 is installed system-wide: %s" % r.stdout)
+    assert "cannot find libqsp" in r.stderr and "QSP_LIBRARY" in r.stderr and "pkg-config" in r.stderr, r.stderr

@@ -265,7 +265,8 @@ pub fn status_string(code: i32) -> String {
 }
 
 /// Declares [`DType`] and [`DType::ALL`] from one list: a new `QSP_DTYPE_*`
-/// of qsp.h is one line here (the tests fail until it is).
+/// of qsp.h is one line here, `NAME = QSP_DTYPE_NAME,` (a doc comment above
+/// it is optional); the tests fail until it is.
 macro_rules! dtypes {
     ($($(#[$doc:meta])* $name:ident = $value:ident,)*) => {
         /// Tensor element types (GGML type ids), one per `QSP_DTYPE_*` of qsp.h.
@@ -273,7 +274,7 @@ macro_rules! dtypes {
         #[repr(i32)]
         #[allow(non_camel_case_types)]
         pub enum DType {
-            $($(#[$doc])* $name = sys::$value,)*
+            $($(#[$doc])* #[doc = concat!("`", stringify!($value), "` of qsp.h.")] $name = sys::$value,)*
         }
 
         impl DType {
