@@ -18,10 +18,13 @@
  *                           iq4_nl (20: the same block size and byte size, so
  *                           the file is well-formed but qsp cannot run it)
  * With CLI_LOGITS (what `qsp prefill --logits-out` wrote for the same file and
- * tokens), the logits must be bit-identical to it, else the program fails.
+ * tokens), the logits must be bit-identical to it; with QSP (the `qsp` tool),
+ * what `qsp info MODEL.gguf` prints must agree with gguf_info.txt; else the
+ * program fails.
  *
- * usage: gguf_ref MODEL.gguf OUT_DIR [CLI_LOGITS]
+ * usage: gguf_ref MODEL.gguf OUT_DIR [CLI_LOGITS [QSP]]
  */
+#define _POSIX_C_SOURCE 200809L /* popen */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,6 +117,38 @@ static int write_layout(const char* dir) {
   return fclose(f) != 0;
 }
 
+/* Runs `qsp info MODEL` and checks that each expected line is in its output. */
+static int check_qsp_info(const char* qsp, const char* model, const qsp_gguf_info* info) {
+  char cmd[8192], want[8][256], out[16384];
+  size_t n = 0, k;
+  FILE* p;
+  snprintf(cmd, sizeof cmd, "'%s' info '%s'", qsp, model);
+  if (!(p = popen(cmd, "r"))) return 1;
+  n = fread(out, 1, sizeof out - 1, p);
+  out[n] = 0;
+  if (pclose(p) != 0) {
+    fprintf(stderr, "gguf_ref: %s failed:\n%s", cmd, out);
+    return 1;
+  }
+  snprintf(want[0], sizeof want[0], "name:         %s\n", info->name);
+  snprintf(want[1], sizeof want[1], "GGUF v%u, %llu tensors, %llu metadata keys, alignment %u\n", info->version,
+           (unsigned long long)info->tensor_count, (unsigned long long)info->kv_count, info->alignment);
+  snprintf(want[2], sizeof want[2], "architecture: %s\n", info->architecture);
+  snprintf(want[3], sizeof want[3], "layers:       %u\n", info->n_layers);
+  snprintf(want[4], sizeof want[4], "hidden:       %u (ffn %u)\n", info->hidden_size, info->intermediate_size);
+  snprintf(want[5], sizeof want[5], "%u query heads, %u kv heads, head_dim %u", info->n_heads, info->n_kv_heads,
+           info->head_dim);
+  snprintf(want[6], sizeof want[6], "vocab:        %u\n", info->vocab_size);
+  snprintf(want[7], sizeof want[7], "context:      %u tokens\n", info->context_length);
+  for (k = 0; k < sizeof want / sizeof want[0]; ++k) {
+    if (!strstr(out, want[k])) {
+      fprintf(stderr, "gguf_ref: `qsp info` does not say \"%s\":\n%s", want[k], out);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   char path[4096];
   qsp_gguf* g = NULL;
@@ -157,6 +192,7 @@ int main(int argc, char** argv) {
           info.file_type, d.name, d.type, d.type_name, (unsigned long long)d.n_rows,
           (unsigned long long)d.n_cols, (unsigned long long)d.n_bytes);
   if (fclose(f) != 0) return 1;
+  if (argc > 4 && check_qsp_info(argv[4], argv[1], &info)) return 1;
 
   /* The bad files. */
   if (!(file = slurp(argv[1], &n_file)) || n_file < 2000) {
