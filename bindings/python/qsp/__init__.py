@@ -253,9 +253,6 @@ class Context:
     def __init__(self, **params):
         self._ptr = None
         self._lock = threading.RLock()
-        if "_adopt" in params:  # from ModelFile.create_context: an owned pointer and its parameters
-            self._ptr, self.params = params["_adopt"]
-            return
         p = _ffi.qsp_context_params()
         _lib.qsp_context_params_init(ctypes.byref(p))
         for k, v in params.items():
@@ -267,6 +264,15 @@ class Context:
         _check_global(st)
         self._ptr = ptr
         self.params = p  # a copy of what the context was created with
+
+    @classmethod
+    def _adopt(cls, ptr, params):
+        """A Context owning ``ptr`` (made by ModelFile.create_context)."""
+        self = cls.__new__(cls)
+        self._lock = threading.RLock()
+        self._ptr = ptr
+        self.params = params
+        return self
 
     @classmethod
     def from_gguf(cls, path, *, backend=Backend.AUTO, device_index=0, n_threads=0, context_length=0,
@@ -605,4 +611,4 @@ class ModelFile:
             raise
         finally:
             del raised[:]  # no cycle through the traceback
-        return Context(_adopt=(ptr, p))
+        return Context._adopt(ptr, p)
