@@ -238,18 +238,21 @@ def _pkg_config_library():
 
 
 def _candidates():
+    """Where to look, in order; pkg-config runs only if the loader found nothing."""
     env = os.environ.get("QSP_LIBRARY")
     if env:
         # An explicit choice is never second-guessed by a fallback.
-        return [env]
+        yield env
+        return
     names = ["libqsp.so.%d" % ABI_VERSION]
+    yield names[0]
     found = ctypes.util.find_library("qsp")
     if found and found not in names:
         names.append(found)
+        yield found
     pc = _pkg_config_library()
     if pc and pc not in names:
-        names.append(pc)
-    return names
+        yield pc
 
 
 def load_library():
