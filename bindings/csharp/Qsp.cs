@@ -41,8 +41,16 @@ namespace Qsp
         BadFormat = -16,
     }
 
-    /// <summary>Tensor element types (GGML type ids).</summary>
-    public enum DType : int { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, BF16 = 30 }
+    /// <summary>Tensor element types (GGML type ids), one per QSP_DTYPE_* of
+    /// qsp.h (the tests check that against the header).</summary>
+    public enum DType : int
+    {
+        F32 = 0,
+        F16 = 1,
+        Q4_0 = 2,
+        Q8_0 = 8,
+        BF16 = 30,
+    }
 
     /// <summary>Execution backends.</summary>
     public enum Backend : int { Auto = 0, Cpu = 1, Cuda = 2 }
@@ -405,7 +413,7 @@ namespace Qsp
     }
 
     /// <summary>A qsp context: a model shape, its weights and a KV cache.</summary>
-    public sealed class Context : IDisposable
+    public sealed partial class Context : IDisposable
     {
         readonly ContextHandle h;
         readonly object gate = new object();

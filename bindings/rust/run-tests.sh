@@ -46,3 +46,7 @@ echo "$out"
 expected="64 logits; greedy next token: 4
 error: OutOfRange - layer 1 out of range (the model has 1 layers)"
 [ "$out" = "$expected" ] || { echo "run-tests.sh: the example printed something else; expected:"; echo "$expected"; exit 1; }
+# The README's GGUF example on the fixture's model: the top-5 that gguf_ref.c wrote.
+out=$("$cargo" run --offline -q -j"$jobs" -p qsp --example gguf_prefill -- "$QSP_GGUF_MODEL")
+echo "$out"
+[ "$out" = "$(cat "$QSP_GGUF_REF_TOP5")" ] || { echo "run-tests.sh: gguf_prefill printed something else; expected:"; cat "$QSP_GGUF_REF_TOP5"; exit 1; }

@@ -103,7 +103,7 @@ static class TinyModel
     }
 }
 
-static class Tests
+static partial class Tests
 {
     static int passed, failed, skipped;
 
@@ -384,6 +384,14 @@ static class Tests
         Run("DisposingContextsLeaksNothing", DisposingContextsLeaksNothing);
         Run("FinalizerFreesForgottenContexts", FinalizerFreesForgottenContexts);
         Run("AbiMismatchIsRefused", AbiMismatchIsRefused);
+        Run("EnumsMatchHeader", EnumsMatchHeader);
+        Run("LibraryNamesAndSizesEveryDType", LibraryNamesAndSizesEveryDType);
+        Run("GgufStructLayoutMatchesC", GgufStructLayoutMatchesC);
+        Run("GgufInfoAndTensors", GgufInfoAndTensors);
+        Run("GgufLogitsIdenticalToC", GgufLogitsIdenticalToC);
+        Run("GgufBadFiles", GgufBadFiles);
+        Run("GgufThrowingProgressIsRethrownAndLeavesNothing", GgufThrowingProgressIsRethrownAndLeavesNothing);
+        Run("GgufFilesAndContextsLeakNothing", GgufFilesAndContextsLeakNothing);
         Console.WriteLine(skipped > 0 ? string.Format("{0} passed, {1} failed, {2} skipped", passed, failed, skipped)
                                       : string.Format("{0} passed, {1} failed", passed, failed));
         return failed;

@@ -1,4 +1,4 @@
-"""Low-level ctypes mirror of include/qsp/qsp.h (ABI 1).
+"""Low-level ctypes mirror of include/qsp/qsp.h and qsp_gguf.h (ABI 1).
 
 Everything here follows the header exactly: the structs are laid out as the C
 compiler lays them out (ctypes applies the platform's C alignment rules), and
@@ -10,6 +10,7 @@ does not wrap.
 import ctypes
 import ctypes.util
 import os
+import subprocess
 
 #: The ABI major version this binding was written for (QSP_ABI_VERSION).
 ABI_VERSION = 1
@@ -105,10 +106,67 @@ class qsp_cache_stats(ctypes.Structure):
     ]
 
 
+class qsp_gguf(ctypes.Structure):
+    """Opaque; only ever used through a pointer."""
+
+
+qsp_gguf_p = ctypes.POINTER(qsp_gguf)
+qsp_gguf_progress_callback = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p)
+
+
+class qsp_gguf_info(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("version", ctypes.c_uint32),
+        ("file_size", ctypes.c_uint64),
+        ("tensor_count", ctypes.c_uint64),
+        ("kv_count", ctypes.c_uint64),
+        ("data_offset", ctypes.c_uint64),
+        ("weight_bytes", ctypes.c_uint64),
+        ("alignment", ctypes.c_uint32),
+        ("known_architecture", ctypes.c_int32),
+        ("architecture", ctypes.c_char * 32),
+        ("name", ctypes.c_char * 96),
+        ("n_layers", ctypes.c_uint32),
+        ("hidden_size", ctypes.c_uint32),
+        ("intermediate_size", ctypes.c_uint32),
+        ("n_heads", ctypes.c_uint32),
+        ("n_kv_heads", ctypes.c_uint32),
+        ("head_dim", ctypes.c_uint32),
+        ("vocab_size", ctypes.c_uint32),
+        ("context_length", ctypes.c_uint32),
+        ("rms_eps", ctypes.c_float),
+        ("rope_theta", ctypes.c_float),
+        ("rope_style", ctypes.c_int32),
+        ("qk_norm", ctypes.c_int32),
+        ("tied_embeddings", ctypes.c_int32),
+        ("file_type", ctypes.c_int32),
+    ]
+
+
+class qsp_gguf_tensor_desc(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("type", ctypes.c_int32),
+        ("n_dims", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("name", ctypes.c_char_p),
+        ("type_name", ctypes.c_char_p),
+        ("ne", ctypes.c_uint64 * 4),
+        ("n_rows", ctypes.c_uint64),
+        ("n_cols", ctypes.c_uint64),
+        ("offset", ctypes.c_uint64),
+        ("n_bytes", ctypes.c_uint64),
+        ("handle", ctypes.c_uint64),
+        ("data", ctypes.c_void_p),
+    ]
+
+
 #: Every mirrored struct, by its C name (the layout test walks these).
 STRUCTS = {
     cls.__name__: cls
-    for cls in (qsp_context_params, qsp_context_info, qsp_tensor, qsp_layer_weights, qsp_output_weights, qsp_cache_stats)
+    for cls in (qsp_context_params, qsp_context_info, qsp_tensor, qsp_layer_weights, qsp_output_weights, qsp_cache_stats,
+                qsp_gguf_info, qsp_gguf_tensor_desc)
 }
 
 _P = ctypes.POINTER
@@ -146,6 +204,21 @@ _PROTOTYPES = {
     "qsp_kv_length": (qsp_status, [qsp_context_p, _P(_u32)]),
     "qsp_kv_clear": (qsp_status, [qsp_context_p]),
     "qsp_kv_truncate": (qsp_status, [qsp_context_p, _u32]),
+    # qsp_gguf.h
+    "qsp_gguf_last_error": (ctypes.c_char_p, []),
+    "qsp_gguf_open": (qsp_status, [ctypes.c_char_p, _P(qsp_gguf_p)]),
+    "qsp_gguf_open_memory": (qsp_status, [ctypes.c_void_p, _u64, _P(qsp_gguf_p)]),
+    "qsp_gguf_close": (None, [qsp_gguf_p]),
+    "qsp_gguf_info_init": (None, [_P(qsp_gguf_info)]),
+    "qsp_gguf_get_info": (qsp_status, [qsp_gguf_p, _P(qsp_gguf_info)]),
+    "qsp_gguf_tensor_count": (_u64, [qsp_gguf_p]),
+    "qsp_gguf_tensor_desc_init": (None, [_P(qsp_gguf_tensor_desc)]),
+    "qsp_gguf_tensor_info": (qsp_status, [qsp_gguf_p, _u64, _P(qsp_gguf_tensor_desc)]),
+    "qsp_gguf_find_tensor": (qsp_status, [qsp_gguf_p, ctypes.c_char_p, _P(_u64)]),
+    "qsp_gguf_type_name": (ctypes.c_char_p, [_i32]),
+    "qsp_gguf_fill_params": (qsp_status, [qsp_gguf_p, _P(qsp_context_params)]),
+    "qsp_gguf_upload": (qsp_status, [qsp_gguf_p, qsp_context_p, qsp_gguf_progress_callback, ctypes.c_void_p]),
+    "qsp_context_create_from_gguf": (qsp_status, [ctypes.c_char_p, _P(qsp_context_params), _P(qsp_context_p)]),
 }
 
 
@@ -153,16 +226,33 @@ class LibraryError(ImportError):
     """libqsp could not be found, or is not the ABI this binding speaks."""
 
 
+def _pkg_config_library():
+    """libqsp.so.N in the libdir that pkg-config's qsp.pc names, or None."""
+    try:
+        out = subprocess.run(["pkg-config", "--variable=libdir", "qsp"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, timeout=10, check=True).stdout.decode().strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    path = os.path.join(out, "libqsp.so.%d" % ABI_VERSION) if out else None
+    return path if path and os.path.exists(path) else None
+
+
 def _candidates():
+    """Where to look, in order; pkg-config runs only if the loader found nothing."""
     env = os.environ.get("QSP_LIBRARY")
     if env:
         # An explicit choice is never second-guessed by a fallback.
-        return [env]
+        yield env
+        return
     names = ["libqsp.so.%d" % ABI_VERSION]
+    yield names[0]
     found = ctypes.util.find_library("qsp")
     if found and found not in names:
         names.append(found)
-    return names
+        yield found
+    pc = _pkg_config_library()
+    if pc and pc not in names:
+        yield pc
 
 
 def load_library():
@@ -177,8 +267,9 @@ def load_library():
             errors.append("%s: %s" % (name, e))
     if lib is None:
         raise LibraryError(
-            "qsp: cannot load libqsp (set QSP_LIBRARY to its full path, or put libqsp.so.%d on the "
-            "loader's path); tried: %s" % (ABI_VERSION, "; ".join(errors))
+            "qsp: cannot find libqsp: set QSP_LIBRARY to the full path of libqsp.so.%d, put it on the "
+            "loader's path (LD_LIBRARY_PATH, ldconfig) or install qsp.pc for pkg-config; tried: %s"
+            % (ABI_VERSION, "; ".join(errors))
         )
     path = getattr(lib, "_name", "?")
     try:

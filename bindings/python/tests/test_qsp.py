@@ -68,10 +68,11 @@ def test_versions():
 
 def test_struct_layout_matches_c():
     want = {}
-    with open(_env_file("QSP_REF_LAYOUT")) as f:
-        for line in f:
-            name, value = line.split()
-            want[name] = int(value)
+    for env in ("QSP_REF_LAYOUT", "QSP_GGUF_REF_LAYOUT"):  # qsp.h's structs, qsp_gguf.h's
+        with open(_env_file(env)) as f:
+            for line in f:
+                name, value = line.split()
+                want[name] = int(value)
     checked = 0
     for cname, cls in _ffi.STRUCTS.items():
         assert ctypes.sizeof(cls) == want[cname], cname
@@ -217,7 +218,7 @@ def test_contexts_leak_nothing(model):
 def test_abi_mismatch_fails_at_import():
     fake = _env_file("QSP_FAKE_ABI_LIBRARY")
     env = dict(os.environ, QSP_LIBRARY=fake)
-    pkg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(qsp.__file__)))  # the installed package
     r = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, %r); import qsp" % pkg],
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     assert r.returncode != 0
@@ -227,4 +228,29 @@ def test_abi_mismatch_fails_at_import():
     env["QSP_LIBRARY"] = "/nonexistent/libqsp.so.1"
     r = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, %r); import qsp" % pkg],
                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
-    assert r.returncode != 0 and "cannot load libqsp" in r.stderr
+    assert r.returncode != 0 and "cannot find libqsp" in r.stderr and "QSP_LIBRARY" in r.stderr
+
+
+def _import_in_child(env):
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(qsp.__file__)))
+    code = "import sys; sys.path.insert(0, %r); import qsp; print(qsp._ffi.lib._name)" % pkg
+    return subprocess.run([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True)
+
+
+def test_library_found_through_pkg_config():
+    if not os.environ.get("PKG_CONFIG_PATH"):
+        pytest.skip("PKG_CONFIG_PATH is not set (ctest sets it)")
+    env = {k: v for k, v in os.environ.items() if k not in ("QSP_LIBRARY", "LD_LIBRARY_PATH")}
+    r = _import_in_child(env)
+    assert r.returncode == 0, r.stderr
+    pc = subprocess.run(["pkg-config", "--variable=libdir", "qsp"], env=env, stdout=subprocess.PIPE,
+                        universal_newlines=True).stdout.strip()
+    # libqsp.so.1 through the loader only if one is installed system-wide.
+    assert r.stdout.strip() in (os.path.join(pc, "libqsp.so.1"), "libqsp.so.1"), r.stdout
+
+    env.pop("PKG_CONFIG_PATH")
+    r = _import_in_child(env)
+    if r.returncode == 0:
+        pytest.skip("a libqsp.so.1 is installed system-wide: %s" % r.stdout)
+    assert "cannot find libqsp" in r.stderr and "QSP_LIBRARY" in r.stderr and "pkg-config" in r.stderr, r.stderr

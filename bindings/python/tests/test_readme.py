@@ -1,19 +1,48 @@
-"""Runs the example in bindings/python/README.md as it stands."""
+"""Runs the examples in bindings/python/README.md as they stand."""
 
 import contextlib
 import io
 import os
 import re
+import struct
+import sys
+
+import pytest
 
 
-def test_readme_example_runs():
+def _blocks():
     readme = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md")
     with open(readme) as f:
         blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
-    assert len(blocks) == 1
+    assert len(blocks) == 2
+    return blocks
+
+
+def _run(code, argv):
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(blocks[0], "README.md", "exec"), {"__name__": "readme"})
-    lines = out.getvalue().splitlines()
+    old = sys.argv
+    sys.argv = argv
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    finally:
+        sys.argv = old
+    return out.getvalue().splitlines()
+
+
+def test_readme_gguf_example_prints_the_top5():
+    model, ref = os.environ.get("QSP_GGUF_MODEL"), os.environ.get("QSP_GGUF_REF_LOGITS")
+    if not model or not ref:
+        pytest.skip("QSP_GGUF_MODEL / QSP_GGUF_REF_LOGITS are not set (ctest sets them)")
+    with open(ref, "rb") as f:
+        data = f.read()
+    logits = struct.unpack("<%df" % (len(data) // 4), data)
+    top = sorted(range(len(logits)), key=lambda t: (-logits[t], t))[:5]
+    want = ["top 5 of %d logits after 10 tokens:" % len(logits)] + ["%d %.4f" % (t, logits[t]) for t in top]
+    assert _run(_blocks()[0], ["example.py", model]) == want
+
+
+def test_readme_hand_built_example_runs():
+    lines = _run(_blocks()[1], ["example.py"])
     assert re.match(r"^64 logits; greedy next token: \d+$", lines[0]), lines
     assert lines[1] == "error: OUT_OF_RANGE - layer 1 out of range (the model has 1 layers)", lines

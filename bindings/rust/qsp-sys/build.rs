@@ -23,8 +23,10 @@ fn main() {
             .cloned()
             .unwrap_or_else(|| panic!("qsp-sys: qsp/qsp.h is in none of {:?}", lib.include_paths)),
     };
-    let header = include.join("qsp/qsp.h");
+    // qsp_gguf.h includes qsp.h: both headers in one pass.
+    let header = include.join("qsp/qsp_gguf.h");
     println!("cargo:rerun-if-changed={}", header.display());
+    println!("cargo:rerun-if-changed={}", include.join("qsp/qsp.h").display());
     println!("cargo:include={}", include.display());
 
     let bindings = bindgen::Builder::default()
@@ -40,7 +42,7 @@ fn main() {
         .layout_tests(true)
         .rustfmt_bindings(false)
         .generate()
-        .expect("qsp-sys: bindgen failed on qsp.h");
+        .expect("qsp-sys: bindgen failed on qsp_gguf.h / qsp.h");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join("bindings.rs");
     bindings.write_to_file(&out).expect("qsp-sys: cannot write bindings.rs");
 }

@@ -33,6 +33,9 @@
 //! ```
 #![deny(missing_docs)]
 
+mod gguf;
+pub use gguf::{gguf_type_name, ExecOptions, GgufInfo, ModelFile, TensorInfo};
+
 use std::ffi::CStr;
 use std::fmt;
 use std::os::raw::c_char;
@@ -83,6 +86,26 @@ pub enum Status {
 }
 
 impl Status {
+    /// Every status this crate knows (all but `Unknown`), as in qsp.h.
+    pub const ALL: &'static [Status] = &[
+        Status::InvalidArgument,
+        Status::StructSize,
+        Status::Shape,
+        Status::DType,
+        Status::OutOfRange,
+        Status::NotReady,
+        Status::ContextFull,
+        Status::HandleConflict,
+        Status::NoDevice,
+        Status::OutOfMemory,
+        Status::DeviceOutOfMemory,
+        Status::Device,
+        Status::Unsupported,
+        Status::Internal,
+        Status::Io,
+        Status::BadFormat,
+    ];
+
     /// The status of a C return code; `None` for `QSP_OK`.
     pub fn from_code(code: i32) -> Option<Status> {
         Some(match code {
@@ -241,24 +264,44 @@ pub fn status_string(code: i32) -> String {
     unsafe { cstr(sys::qsp_status_string(code)) }
 }
 
-/// Tensor element types (GGML type ids).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(i32)]
-#[allow(non_camel_case_types)]
-pub enum DType {
+/// Declares [`DType`] and [`DType::ALL`] from one list: a new `QSP_DTYPE_*`
+/// of qsp.h is one line here, `NAME = QSP_DTYPE_NAME,` (a doc comment above
+/// it is optional); the tests fail until it is.
+macro_rules! dtypes {
+    ($($(#[$doc:meta])* $name:ident = $value:ident,)*) => {
+        /// Tensor element types (GGML type ids), one per `QSP_DTYPE_*` of qsp.h.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(i32)]
+        #[allow(non_camel_case_types)]
+        pub enum DType {
+            $($(#[$doc])* #[doc = concat!("`", stringify!($value), "` of qsp.h.")] $name = sys::$value,)*
+        }
+
+        impl DType {
+            /// Every dtype, in declaration order.
+            pub const ALL: &'static [DType] = &[$(DType::$name,)*];
+        }
+    };
+}
+
+dtypes! {
     /// float32.
-    F32 = sys::QSP_DTYPE_F32,
+    F32 = QSP_DTYPE_F32,
     /// IEEE half.
-    F16 = sys::QSP_DTYPE_F16,
+    F16 = QSP_DTYPE_F16,
     /// 18-byte blocks of 32: fp16 scale d, 16 bytes of nibbles; x = d * (q - 8).
-    Q4_0 = sys::QSP_DTYPE_Q4_0,
+    Q4_0 = QSP_DTYPE_Q4_0,
     /// 34-byte blocks of 32: fp16 scale d, 32 int8; x = d * q.
-    Q8_0 = sys::QSP_DTYPE_Q8_0,
+    Q8_0 = QSP_DTYPE_Q8_0,
     /// bfloat16.
-    BF16 = sys::QSP_DTYPE_BF16,
+    BF16 = QSP_DTYPE_BF16,
 }
 
 impl DType {
+    /// The dtype with this GGML type id, if this crate knows it.
+    pub fn from_raw(v: i32) -> Option<DType> {
+        DType::ALL.iter().copied().find(|d| *d as i32 == v)
+    }
     /// Bytes of an `n_rows` x `n_cols` tensor; 0 if `n_cols` is not a whole number of blocks.
     pub fn size(self, n_rows: u64, n_cols: u64) -> u64 {
         unsafe { sys::qsp_dtype_size(self as i32, n_rows, n_cols) }
@@ -282,6 +325,9 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// Every backend.
+    pub const ALL: &'static [Backend] = &[Backend::Auto, Backend::Cpu, Backend::Cuda];
+
     fn from_raw(v: i32) -> Backend {
         match v {
             sys::QSP_BACKEND_CPU => Backend::Cpu,
@@ -303,6 +349,11 @@ pub enum RopeStyle {
     Neox = sys::QSP_ROPE_NEOX,
     /// Pairs (2i, 2i+1): Llama weights in GGUF.
     Interleaved = sys::QSP_ROPE_INTERLEAVED,
+}
+
+impl RopeStyle {
+    /// Every RoPE style.
+    pub const ALL: &'static [RopeStyle] = &[RopeStyle::Neox, RopeStyle::Interleaved];
 }
 
 /// What a [`Context`] is created with (`qsp_context_params`). `Default` takes
@@ -334,6 +385,12 @@ impl Default for Params {
     fn default() -> Params {
         let mut p = sys::qsp_context_params::default();
         unsafe { sys::qsp_context_params_init(&mut p) };
+        Params::from_raw(&p)
+    }
+}
+
+impl Params {
+    fn from_raw(p: &sys::qsp_context_params) -> Params {
         Params {
             n_layers: p.n_layers,
             hidden_size: p.hidden_size,
