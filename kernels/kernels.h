@@ -23,12 +23,24 @@
 namespace qsp {
 namespace kern {
 
-// ---- Weights on the device (kernels/qweight.cuh has the device-side view) ---
-enum class WFormat : int32_t { kQ4_0 = 0, kQ8_0 = 1, kF16 = 2 };
+// ---- Weights on the device --------------------------------------------------
+// The formats the kernels decode: X(NAME, name) for WFormat::kNAME, whose
+// traits are in kernels/formats/<name>.cuh. Several GGUF dtypes may share
+// one (F16, BF16 and F32 are all stored as kF16); each format's serves()
+// says which. kernels/qweight_layout.h documents the layouts.
+#define QSP_KERNEL_FORMATS(X) \
+  X(Q4_0, q4_0)               \
+  X(Q8_0, q8_0)               \
+  X(F16, f16)
+
+enum class WFormat : int32_t {
+#define QSP_ENUM_FORMAT(N, n) k##N,
+  QSP_KERNEL_FORMATS(QSP_ENUM_FORMAT)
+#undef QSP_ENUM_FORMAT
+};
 
 // A weight matrix of `rows` outputs x `cols` inputs in the device layout that
-// repack_weight() produced. Its exact byte layout is private to
-// kernels/qweight.cuh and kernels/gemm.cu.
+// repack_weight() produced (private to the kernels: kernels/qweight_layout.h).
 struct DWeight {
   const void* data = nullptr;
   WFormat fmt = WFormat::kQ4_0;
@@ -36,17 +48,25 @@ struct DWeight {
   int32_t cols = 0;
 };
 
+// Whether the kernels implement GGUF dtype `gguf_dtype` (QSP_DTYPE_*).
+bool format_supported(int32_t gguf_dtype);
+
 // Bytes the device layout of a rows x cols matrix takes.
 size_t dweight_bytes(WFormat fmt, int64_t rows, int64_t cols);
 
-// Host-side conversion of GGUF bytes (QSP_DTYPE_Q4_0 / Q8_0 as is; F16, BF16
-// and F32 become kF16) into the device layout, written to dst (host memory
-// of dweight_bytes(format_for(dtype), rows, cols) bytes).
+// Host-side conversion of GGUF bytes of a supported dtype into the device
+// layout of format_for(dtype), written to dst (host memory of
+// dweight_bytes(format_for(dtype), rows, cols) bytes). format_for of an
+// unsupported dtype is kF16 (callers check format_supported first).
 WFormat format_for(int32_t gguf_dtype);
 void repack_weight(int32_t gguf_dtype, const void* src, int64_t rows, int64_t cols, void* dst);
 
 // Whether gemm() supports this weight shape; on false, *why says why.
 bool gemm_supported(WFormat fmt, int64_t rows, int64_t cols, const char** why);
+
+// Whether more rows may follow w's in one gemm() row group (GemmArgs::wcat):
+// w is in a tiled format and its rows are whole 16-row tiles.
+bool gemm_row_group_ok(const DWeight& w);
 
 // ---- Quantized GEMM with fused epilogues (kernels/gemm.cu) -----------------
 // acc[m][n] = sum_k x[m][k] * W[n][k], fp32 accumulation, then:
@@ -69,10 +89,10 @@ struct GemmArgs {
   int32_t M = 0;
   DWeight w;                  // N = w.rows, K = w.cols
   DWeight w2;                 // kSwiGLU only: same shape and format as w
-  // Optional, not with kSwiGLU, Q4_0 / Q8_0 only: more weights of w's format
-  // and K whose rows follow w's (output columns w.rows .. and after), so
-  // that Q, K and V run as one launch. Every matrix but the last must have
-  // a multiple of 16 rows. Unused entries have data == nullptr.
+  // Optional, not with kSwiGLU: more weights of w's format and K whose rows
+  // follow w's (output columns w.rows .. and after), so that Q, K and V run
+  // as one launch. Every matrix but the last must pass gemm_row_group_ok().
+  // Unused entries have data == nullptr.
   DWeight wcat[2];
   Epilogue ep = Epilogue::kStoreF16;
   __half* out_h = nullptr;
