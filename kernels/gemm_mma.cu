@@ -120,15 +120,16 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) gemm_mma_kernel(co
           cp_async16(sb + v * T::kUnit + lp * 16, L.base + (ok ? off : 0u), ok);
         }
       }
-      constexpr int kSPieces = kVT * (qw::kScaleUnitBytes / 16);
+      constexpr int kSUnitPieces = T::kScaleUnit / 16;  // per tile
+      constexpr int kSPieces = kVT * kSUnitPieces;
       static_assert(kSPieces <= kThreads, "one scale piece per thread at most");
       if (tid < kSPieces) {
-        const int v = tid / 4, lp = tid % 4;
+        const int v = tid / kSUnitPieces, lp = tid % kSUnitPieces;
         const int rt = vt_real(v);
         const bool ok = rt < a.tiles;
         const WLoc L = kDual ? WLoc{wsel(vt_mat(v)), a.scale_off32, rt} : locate(a.grp, rt);
-        const uint32_t off = L.soff + (uint32_t(L.tile) * uint32_t(a.KC) + uint32_t(c)) * qw::kScaleUnitBytes + lp * 16;
-        cp_async16(sb + kVT * T::kUnit + v * qw::kScaleUnitBytes + lp * 16, L.base + (ok ? off : 0u), ok);
+        const uint32_t off = L.soff + (uint32_t(L.tile) * uint32_t(a.KC) + uint32_t(c)) * T::kScaleUnit + lp * 16;
+        cp_async16(sb + kVT * T::kUnit + v * T::kScaleUnit + lp * 16, L.base + (ok ? off : 0u), ok);
       }
     }
   };

@@ -58,7 +58,8 @@ struct Layout {
   static constexpr int kUnit = WTraits<F>::kUnit;
   static constexpr int kXBytes = BT * 128;                       // [BT][64] fp16, 1024-aligned
   static constexpr int kQBytes = kVT * kUnit;                    // quant units of the 8 tiles
-  static constexpr int kSBytes = kVT * qw::kScaleUnitBytes;      // their scales
+  static constexpr int kSUnit = WTraits<F>::kScaleUnit;
+  static constexpr int kSBytes = kVT * kSUnit;                   // their scales
   static constexpr int kStage = round_up(kXBytes + kQBytes + kSBytes, 1024);
   static constexpr int kStages = std::min(8, kSmemBudget / kStage);
   static constexpr int kTx = kXBytes + kQBytes + kSBytes;        // bytes landing per stage
@@ -109,8 +110,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
           const WLoc w = loc(v);
           const uint32_t unit = uint32_t(w.tile) * uint32_t(a.KC) + uint32_t(kt);
           bulk_load(st + L::kXBytes + v * L::kUnit, w.base + size_t(unit) * L::kUnit, L::kUnit, bar);
-          bulk_load(st + L::kXBytes + L::kQBytes + v * qw::kScaleUnitBytes,
-                    w.base + w.soff + size_t(unit) * qw::kScaleUnitBytes, qw::kScaleUnitBytes, bar);
+          bulk_load(st + L::kXBytes + L::kQBytes + v * L::kSUnit, w.base + w.soff + size_t(unit) * L::kSUnit,
+                    L::kSUnit, bar);
         }
       }
     };
@@ -143,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
     mbar_wait(full0 + 8 * slot, (kt / kS) & 1);
     const uint32_t st = base + slot * L::kStage;
     uint32_t A[4][4];
-    WTraits<F>::wg_frags(st + L::kXBytes + v * L::kUnit, st + L::kXBytes + L::kQBytes + v * qw::kScaleUnitBytes,
+    WTraits<F>::wg_frags(st + L::kXBytes + v * L::kUnit, st + L::kXBytes + L::kQBytes + v * L::kSUnit,
                          lane, A);
     uint64_t desc[4];
 #pragma unroll

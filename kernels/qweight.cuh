@@ -26,7 +26,9 @@ namespace kern {
 //   repack(dtype, src, rows, cols, dst)  GGUF bytes -> the device layout
 //  Layout
 //   kRowMajor         plain row-major fp16 (true) or the tiled units of
-//                     qweight_layout.h (false: kUnit, scales)
+//                     qweight_layout.h (false): kUnit bytes of packed
+//                     weights and kScaleUnit (a multiple of 16) of side data
+//                     (scales) per 16 x 64 unit, copied as is by the loaders
 //   kWgmma            the sm_90a wgmma GEMM decodes it
 //  mma.sync GEMM and GEMV
 //   kTileStageBytes   smem bytes one 16-row tile takes in one BK = 64 stage

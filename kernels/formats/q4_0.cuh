@@ -19,9 +19,10 @@ struct WTraits<WFormat::kQ4_0> {
   // ---- Host -------------------------------------------------------------------------------
   static bool serves(int32_t dtype) { return dtype == QSP_DTYPE_Q4_0; }
   static constexpr int kUnit = qw::kQ4UnitBytes;
+  static constexpr int kScaleUnit = qw::kScaleUnitBytes;  // fp16 d of 16 rows x 2 blocks
   __host__ __device__ static size_t scales_offset(int64_t rows, int64_t cols) { return qw::unit_array_bytes(kUnit, rows, cols); }
   static size_t bytes(int64_t rows, int64_t cols) {
-    return qw::unit_array_bytes(kUnit + qw::kScaleUnitBytes, rows, cols);
+    return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols);
   }
   // cols % 32 == 0 (checked by the caller).
   static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
@@ -35,7 +36,7 @@ struct WTraits<WFormat::kQ4_0> {
         for (int64_t c = 0; c < KC; ++c) {
           const int64_t unit = tile * KC + c;
           uint32_t* q = reinterpret_cast<uint32_t*>(dst + unit * kUnit);  // [lane][s]
-          uint16_t* sc = reinterpret_cast<uint16_t*>(dst + soff + unit * qw::kScaleUnitBytes);
+          uint16_t* sc = reinterpret_cast<uint16_t*>(dst + soff + unit * kScaleUnit);
           std::memset(q, 0, kUnit);
           for (int rr = 0; rr < 16; ++rr) {
             const int64_t row = tile * 16 + rr;
@@ -71,7 +72,7 @@ struct WTraits<WFormat::kQ4_0> {
   static constexpr bool kWgmma = true;
 
   // ---- mma.sync GEMM and GEMV -------------------------------------------------------------
-  static constexpr int kTileStageBytes = kUnit + qw::kScaleUnitBytes;
+  static constexpr int kTileStageBytes = kUnit + kScaleUnit;
   static constexpr int kStages = 4;
   static constexpr int kGemvRawRegs = 6;
   struct Raw {
@@ -82,11 +83,11 @@ struct WTraits<WFormat::kQ4_0> {
   __device__ static void lds_raw(Raw& r, uint32_t sb, int tiles, int v, int lane, int hs) {
     if (hs != 0) return;  // one conflict-free LDS.128 holds all four k steps
     lds128(r.q[0], r.q[1], r.q[2], r.q[3], sb + v * kUnit + lane * 16);
-    lds64(r.s[0], r.s[1], sb + tiles * kUnit + v * qw::kScaleUnitBytes + (lane >> 2) * 8);
+    lds64(r.s[0], r.s[1], sb + tiles * kUnit + v * kScaleUnit + (lane >> 2) * 8);
   }
   __device__ static void ldg_raw(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
     ldg128_stream(r.q[0], r.q[1], r.q[2], r.q[3], w + unit * kUnit + lane * 16);
-    ldg64_stream(r.s[0], r.s[1], w + soff + unit * qw::kScaleUnitBytes + (lane >> 2) * 8);
+    ldg64_stream(r.s[0], r.s[1], w + soff + unit * kScaleUnit + (lane >> 2) * 8);
   }
   __device__ static void frags(const Raw& r, int s, uint32_t (&f)[4]) { qw::dq_q4(r.q[s], r.s[s >> 1], f); }
 

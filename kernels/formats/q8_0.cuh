@@ -17,11 +17,12 @@ struct WTraits<WFormat::kQ8_0> {
   // ---- Host -------------------------------------------------------------------------------
   static bool serves(int32_t dtype) { return dtype == QSP_DTYPE_Q8_0; }
   static constexpr int kUnit = qw::kQ8UnitBytes;
+  static constexpr int kScaleUnit = qw::kScaleUnitBytes;  // fp16 d of 16 rows x 2 blocks
   __host__ __device__ static size_t scales_offset(int64_t rows, int64_t cols) {
     return qw::unit_array_bytes(kUnit, rows, cols);
   }
   static size_t bytes(int64_t rows, int64_t cols) {
-    return qw::unit_array_bytes(kUnit + qw::kScaleUnitBytes, rows, cols);
+    return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols);
   }
   // cols % 32 == 0 (checked by the caller).
   static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
@@ -34,7 +35,7 @@ struct WTraits<WFormat::kQ8_0> {
         for (int64_t c = 0; c < KC; ++c) {
           const int64_t unit = tile * KC + c;
           uint8_t* q = dst + unit * kUnit;
-          uint16_t* sc = reinterpret_cast<uint16_t*>(dst + soff + unit * qw::kScaleUnitBytes);
+          uint16_t* sc = reinterpret_cast<uint16_t*>(dst + soff + unit * kScaleUnit);
           for (int rr = 0; rr < 16; ++rr) {
             const int64_t row = tile * 16 + rr;
             const int g = rr & 7, p = rr >> 3;
@@ -59,7 +60,7 @@ struct WTraits<WFormat::kQ8_0> {
   static constexpr bool kWgmma = true;
 
   // ---- mma.sync GEMM and GEMV -------------------------------------------------------------
-  static constexpr int kTileStageBytes = kUnit + qw::kScaleUnitBytes;
+  static constexpr int kTileStageBytes = kUnit + kScaleUnit;
   static constexpr int kStages = 4;
   static constexpr int kGemvRawRegs = 10;
   struct Raw {
@@ -70,12 +71,12 @@ struct WTraits<WFormat::kQ8_0> {
   // keeps each half-stage's 16 bytes per lane contiguous, so still LDS.128.
   __device__ static void lds_raw(Raw& r, uint32_t sb, int tiles, int v, int lane, int hs) {
     lds128(r.q[hs][0], r.q[hs][1], r.q[hs][2], r.q[hs][3], sb + v * kUnit + hs * 512 + lane * 16);
-    lds32(r.s[hs], sb + tiles * kUnit + v * qw::kScaleUnitBytes + (lane >> 2) * 8 + 4 * hs);
+    lds32(r.s[hs], sb + tiles * kUnit + v * kScaleUnit + (lane >> 2) * 8 + 4 * hs);
   }
   __device__ static void ldg_raw(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
     ldg128_stream(r.q[0][0], r.q[0][1], r.q[0][2], r.q[0][3], w + unit * kUnit + lane * 16);
     ldg128_stream(r.q[1][0], r.q[1][1], r.q[1][2], r.q[1][3], w + unit * kUnit + 512 + lane * 16);
-    ldg64_stream(r.s[0], r.s[1], w + soff + unit * qw::kScaleUnitBytes + (lane >> 2) * 8);
+    ldg64_stream(r.s[0], r.s[1], w + soff + unit * kScaleUnit + (lane >> 2) * 8);
   }
   __device__ static void frags(const Raw& r, int s, uint32_t (&f)[4]) {
     qw::dq_q8(r.q[s >> 1][s & 1], r.q[s >> 1][2 + (s & 1)], r.s[s >> 1], f);
