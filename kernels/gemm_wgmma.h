@@ -1,6 +1,7 @@
 // The Hopper GEMM (kernels/gemm_wgmma.cu, sm_90a machine code only): the
-// prefill path of kern::gemm() for the weight formats with kWgmma (Q4_0, Q8_0)
-// it. gemm() (kernels/gemm.cu) validates the arguments and picks the path.
+// prefill path of kern::gemm() for the weight formats with kWgmma (Q4_0,
+// Q8_0) when the device runs it. gemm() (kernels/gemm.cu) validates the
+// arguments and picks the path.
 #pragma once
 
 #include <cuda_runtime.h>
