@@ -6,7 +6,7 @@
 // decoders.
 #include <cstring>
 
-#include "common/quant.h"
+#include "formats/format.h"
 #include "kernels/formats/formats.cuh"
 #include "kernels/kernels.h"
 

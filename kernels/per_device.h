@@ -1,6 +1,7 @@
 // Host helpers of the kernel launchers: per-device values computed once, so
-// that no launcher queries the driver on the hot path. Every launcher uses
-// these (gemm, the GEMV, attention, both wgmma kernels).
+// that no launcher queries the driver on the hot path. Every launcher that
+// needs such a value uses these (the GEMM's dispatch and mma.sync kernel,
+// attention, both wgmma kernels); none keeps its own cache.
 #pragma once
 
 #include <cuda_runtime.h>
