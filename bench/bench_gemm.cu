@@ -1,8 +1,7 @@
 // Micro-benchmark of qsp::kern::gemm against cuBLAS (fp16 weights, fp32
 // accumulation) on real layer shapes.
 //
-//   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr -I include -I src -I . \
-//        bench/bench_gemm.cu kernels/gemm.cu src/common/quant.cpp -lcublas -o bench_gemm
+//   cmake --build build --target bench_gemm    (the GEMM is kernels/gemm*.cu, kernels/gemv.cu)
 //   ./bench_gemm [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu]
 //
 // Method: CUDA events around batches of launches (a batch lasts >= ~200 us,

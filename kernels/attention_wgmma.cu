@@ -303,21 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 bool available(int dev) {
 #if defined(QSP_WGMMA)
   static PerDevice once;
-  return once.get(dev, [dev]() -> int {
-    int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    if (major != 9 || minor != 0 || encode_fn() == nullptr) return 0;
-    cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, attn_wgmma_kernel) != cudaSuccess) {
-      (void)cudaGetLastError();  // no sm_90a image for this device
-      return 0;
-    }
-    return 1;
-  }) == 1;
+  return runs_on(once, dev, attn_wgmma_kernel);
 #else
   (void)dev;
   return false;
@@ -334,11 +320,7 @@ cudaError_t run(const Args& a, cudaStream_t stream) {
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   static PerDevice smem_once;
-  if (smem_once.get(dev, [] {
-        bool ok = true;
-        ok &= cudaFuncSetAttribute(attn_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) == cudaSuccess;
-        return ok ? 1 : 0;
-      }) != 1) {
+  if (set_smem_once(smem_once, dev, attn_wgmma_kernel, kSmemBytes) != cudaSuccess) {
     (void)cudaGetLastError();
     return cudaErrorNotSupported;
   }

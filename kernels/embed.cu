@@ -1,8 +1,9 @@
 // Embedding lookup: out[m][c] = dequantized table row tokens[m] (fp32).
-// Reads the GEMM layout through qw::load8 (kernels/qweight.cuh), so the
-// table shares its upload path with the (tied) LM head.
+// Reads the GEMM layout through load8 (each format's decoder,
+// kernels/formats/), so the table shares its upload path with the (tied) LM
+// head.
+#include "kernels/formats/formats.cuh"
 #include "kernels/kernels.h"
-#include "kernels/qweight.cuh"
 
 namespace qsp {
 namespace kern {
@@ -21,7 +22,7 @@ __global__ void __launch_bounds__(kEmbedThreads) embed_kernel(const DWeight tabl
   for (int m = blockIdx.y; m < M; m += gridDim.y) {
     const int32_t tok = tokens[m];
     float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    if (tok >= 0 && tok < table.rows) qw::load8(table, tok, col, v);
+    if (tok >= 0 && tok < table.rows) load8(table, tok, col, v);
     float4* o = reinterpret_cast<float4*>(out + int64_t(m) * table.cols + col);
     o[0] = make_float4(v[0], v[1], v[2], v[3]);
     o[1] = make_float4(v[4], v[5], v[6], v[7]);
@@ -33,9 +34,7 @@ __global__ void __launch_bounds__(kEmbedThreads) embed_kernel(const DWeight tabl
 cudaError_t embed(const DWeight& table, const int32_t* tokens, int32_t M, float* out, cudaStream_t stream) {
   if (M < 0 || table.data == nullptr || tokens == nullptr || out == nullptr) return cudaErrorInvalidValue;
   if (table.rows < 1 || table.cols < 32 || table.cols % 32 != 0) return cudaErrorInvalidValue;
-  if (table.fmt != WFormat::kQ4_0 && table.fmt != WFormat::kQ8_0 && table.fmt != WFormat::kF16) {
-    return cudaErrorInvalidValue;
-  }
+  if (!dispatch_format(table.fmt, false, [](auto) { return true; })) return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(out) % 16 != 0) return cudaErrorInvalidValue;  // float4 stores
   if (M == 0) return cudaSuccess;
   const int groups = table.cols / 8;

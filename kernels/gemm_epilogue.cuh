@@ -1,13 +1,16 @@
-// What the GEMM kernels share, kernels/gemm.cu (mma.sync, GEMV) and
-// kernels/gemm_wgmma.cu (wgmma): the weight row groups (Q, K and V as one
-// launch), where the result goes and how one pair of columns of a token row
-// is stored under each Epilogue.
+// What the GEMM kernels share, kernels/gemm_mma.cu (mma.sync),
+// kernels/gemv.cu (GEMV) and kernels/gemm_wgmma.cu (wgmma): the weight row
+// groups (Q, K and V as one launch), where the result goes, how one pair of
+// columns of a token row is stored under each Epilogue, and the dispatch from
+// a run-time Epilogue to a template argument.
 #pragma once
 
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/kernels.h"
 
@@ -72,6 +75,19 @@ __device__ __forceinline__ void store2(const OutArgs& o, int m, int n, float v0,
       if (n + 1 < o.N) o.out_f[i + 1] += v1;
     }
   }
+}
+
+// fn(std::integral_constant<Epilogue, ep>{}) for the run-time epilogue ep;
+// cudaErrorInvalidValue for a value outside the enum.
+template <class Fn>
+cudaError_t dispatch_epilogue(Epilogue ep, Fn&& fn) {
+  switch (ep) {
+    case Epilogue::kStoreF16: return fn(std::integral_constant<Epilogue, Epilogue::kStoreF16>{});
+    case Epilogue::kStoreF32: return fn(std::integral_constant<Epilogue, Epilogue::kStoreF32>{});
+    case Epilogue::kAddF32: return fn(std::integral_constant<Epilogue, Epilogue::kAddF32>{});
+    case Epilogue::kSwiGLU: return fn(std::integral_constant<Epilogue, Epilogue::kSwiGLU>{});
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace kern

@@ -2,6 +2,8 @@
 // (sm_90a), weights dequantized in registers as the A operand, activations
 // streamed by TMA as the B operand. Built only as sm_90a machine code (see
 // CMakeLists.txt); kernels/gemm.cu calls it through kernels/gemm_wgmma.h.
+// The per-format part (a stage's smem -> A fragments) is the format's
+// WTraits::wg_frags (kernels/formats/); formats without kWgmma never get here.
 //
 // Block: two consumer warpgroups and one producer warpgroup (384 threads;
 // setmaxnreg moves registers from the producer, 40, to the consumers, 232).
@@ -14,7 +16,7 @@
 //    copies of the weight tiles' quant units and scales, all completing on
 //    the stage's "full" mbarrier.
 //  - A consumer warp reads its lane word (one LDS.128 for Q4_0, two for Q8_0)
-//    and its scales, decodes the four k steps' A fragments (the mma.sync A
+//    and its scales (WTraits::wg_frags), decodes the four k steps' A fragments (the mma.sync A
 //    fragment layout is wgmma's per-warp A layout) and issues four
 //    wgmma.m64nBTk16 with B from the swizzled X tile, waits for them and
 //    hands the slot back through its "empty" mbarrier (one arrive per warp).
@@ -27,6 +29,7 @@
 // in L2 and walk the same K slice of X), y = weight-row blocks.
 #include <algorithm>
 
+#include "kernels/formats/formats.cuh"
 #include "kernels/gemm_wgmma.h"
 #include "kernels/per_device.h"
 #include "kernels/ptx.cuh"
@@ -52,10 +55,11 @@ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 template <WFormat F, int BT>
 struct Layout {
-  static constexpr int kUnit = qw::unit_bytes(F);
+  static constexpr int kUnit = WTraits<F>::kUnit;
   static constexpr int kXBytes = BT * 128;                       // [BT][64] fp16, 1024-aligned
   static constexpr int kQBytes = kVT * kUnit;                    // quant units of the 8 tiles
-  static constexpr int kSBytes = kVT * qw::kScaleUnitBytes;      // their scales
+  static constexpr int kSUnit = WTraits<F>::kScaleUnit;
+  static constexpr int kSBytes = kVT * kSUnit;                   // their scales
   static constexpr int kStage = round_up(kXBytes + kQBytes + kSBytes, 1024);
   static constexpr int kStages = std::min(8, kSmemBudget / kStage);
   static constexpr int kTx = kXBytes + kQBytes + kSBytes;        // bytes landing per stage
@@ -64,47 +68,6 @@ struct Layout {
   static constexpr int kBytes = 1024 + kRegion + 2 * 8 * kStages;  // alignment slack + mbarriers
   static_assert(kStages >= 2, "pipeline needs two stages");
 };
-
-// ---- Weight fragments ---------------------------------------------------------------------
-// A fragments of the four k steps of one chunk for the warp's tile, from the
-// stage's smem (the same decoders as the mma.sync kernels).
-template <WFormat F>
-__device__ __forceinline__ void load_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]);
-
-template <>
-__device__ __forceinline__ void load_frags<WFormat::kQ4_0>(uint32_t q_tile, uint32_t s_tile, int lane,
-                                                         uint32_t (&A)[4][4]) {
-  uint32_t q[4], sc[2];
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(q[0]), "=r"(q[1]), "=r"(q[2]), "=r"(q[3])
-               : "r"(q_tile + lane * 16));
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(sc[0]), "=r"(sc[1]) : "r"(s_tile + (lane >> 2) * 8));
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    uint32_t f[4];
-    qw::dq_q4(q[s], sc[s >> 1], f);
-    A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
-  }
-}
-
-template <>
-__device__ __forceinline__ void load_frags<WFormat::kQ8_0>(uint32_t q_tile, uint32_t s_tile, int lane,
-                                                         uint32_t (&A)[4][4]) {
-  uint32_t q[2][4], sc[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(q[h][0]), "=r"(q[h][1]), "=r"(q[h][2]), "=r"(q[h][3])
-                 : "r"(q_tile + h * 512 + lane * 16));
-  }
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(sc[0]), "=r"(sc[1]) : "r"(s_tile + (lane >> 2) * 8));
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    uint32_t f[4];
-    qw::dq_q8(q[s >> 1][s & 1], q[s >> 1][2 + (s & 1)], sc[s >> 1], f);
-    A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
-  }
-}
 
 // ---- The kernel ------------------------------------------------------------------------------
 template <WFormat F, int BT, Epilogue EP>
@@ -147,8 +110,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
           const WLoc w = loc(v);
           const uint32_t unit = uint32_t(w.tile) * uint32_t(a.KC) + uint32_t(kt);
           bulk_load(st + L::kXBytes + v * L::kUnit, w.base + size_t(unit) * L::kUnit, L::kUnit, bar);
-          bulk_load(st + L::kXBytes + L::kQBytes + v * qw::kScaleUnitBytes,
-                    w.base + w.soff + size_t(unit) * qw::kScaleUnitBytes, qw::kScaleUnitBytes, bar);
+          bulk_load(st + L::kXBytes + L::kQBytes + v * L::kSUnit, w.base + w.soff + size_t(unit) * L::kSUnit,
+                    L::kSUnit, bar);
         }
       }
     };
@@ -181,7 +144,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
     mbar_wait(full0 + 8 * slot, (kt / kS) & 1);
     const uint32_t st = base + slot * L::kStage;
     uint32_t A[4][4];
-    load_frags<F>(st + L::kXBytes + v * L::kUnit, st + L::kXBytes + L::kQBytes + v * qw::kScaleUnitBytes, lane, A);
+    WTraits<F>::wg_frags(st + L::kXBytes + v * L::kUnit, st + L::kXBytes + L::kQBytes + v * L::kSUnit,
+                         lane, A);
     uint64_t desc[4];
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
@@ -242,10 +206,7 @@ cudaError_t launch(const Args& a, cudaStream_t stream) {
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   static PerDevice smem_once;
-  if (smem_once.get(dev, [&] {
-        return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kBytes) == cudaSuccess ? 1
-                                                                                                               : 0;
-      }) != 1) {
+  if (set_smem_once(smem_once, dev, kernel, L::kBytes) != cudaSuccess) {
     (void)cudaGetLastError();
     return cudaErrorNotSupported;
   }
@@ -260,37 +221,12 @@ cudaError_t launch(const Args& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <WFormat F, int BT>
-cudaError_t by_epilogue(const Args& a, Epilogue ep, cudaStream_t stream) {
-  switch (ep) {
-    case Epilogue::kStoreF16: return launch<F, BT, Epilogue::kStoreF16>(a, stream);
-    case Epilogue::kStoreF32: return launch<F, BT, Epilogue::kStoreF32>(a, stream);
-    case Epilogue::kAddF32: return launch<F, BT, Epilogue::kAddF32>(a, stream);
-    case Epilogue::kSwiGLU: return launch<F, BT, Epilogue::kSwiGLU>(a, stream);
-  }
-  return cudaErrorInvalidValue;
-}
-
 }  // namespace
 
 bool available(int dev) {
 #if defined(QSP_WGMMA)
   static PerDevice once;
-  return once.get(dev, [dev]() -> int {
-    int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    if (major != 9 || minor != 0 || sm90::encode_fn() == nullptr) return 0;
-    cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16>) != cudaSuccess) {
-      (void)cudaGetLastError();  // no sm_90a image for this device
-      return 0;
-    }
-    return 1;
-  }) == 1;
+  return runs_on(once, dev, wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16>);
 #else
   (void)dev;
   return false;
@@ -301,15 +237,18 @@ cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, cudaStrea
 #if defined(QSP_WGMMA)
   if (tok_tile != kTokTileLarge && tok_tile != kTokTileSmall) return cudaErrorInvalidValue;
   const bool large = tok_tile == kTokTileLarge;
-  switch (fmt) {
-    case WFormat::kQ4_0:
-      return large ? by_epilogue<WFormat::kQ4_0, kTokTileLarge>(a, ep, stream)
-                   : by_epilogue<WFormat::kQ4_0, kTokTileSmall>(a, ep, stream);
-    case WFormat::kQ8_0:
-      return large ? by_epilogue<WFormat::kQ8_0, kTokTileLarge>(a, ep, stream)
-                   : by_epilogue<WFormat::kQ8_0, kTokTileSmall>(a, ep, stream);
-    default: return cudaErrorNotSupported;
-  }
+  return dispatch_format(fmt, cudaErrorNotSupported, [&](auto f) {
+    using T = typename decltype(f)::T;
+    if constexpr (!T::kWgmma) {
+      return cudaErrorNotSupported;
+    } else {
+      constexpr WFormat F = decltype(f)::kFormat;
+      return dispatch_epilogue(ep, [&](auto e) {
+        constexpr Epilogue EP = decltype(e)::value;
+        return large ? launch<F, kTokTileLarge, EP>(a, stream) : launch<F, kTokTileSmall, EP>(a, stream);
+      });
+    }
+  });
 #else
   (void)a, (void)fmt, (void)ep, (void)tok_tile, (void)stream;
   return cudaErrorNotSupported;

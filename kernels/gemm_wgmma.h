@@ -1,6 +1,7 @@
 // The Hopper GEMM (kernels/gemm_wgmma.cu, sm_90a machine code only): the
-// prefill path of kern::gemm() for Q4_0 / Q8_0 weights when the device runs
-// it. gemm() (kernels/gemm.cu) validates the arguments and picks the path.
+// prefill path of kern::gemm() for the weight formats with kWgmma (Q4_0,
+// Q8_0) when the device runs it. gemm() (kernels/gemm.cu) validates the
+// arguments and picks the path.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/gemm_epilogue.cuh"
+#include "kernels/gemm_plan.h"
 #include "kernels/kernels.h"
 
 namespace qsp {
@@ -26,16 +28,15 @@ struct Args {
   OutArgs o;
 };
 
-// Token rows per block: 256 (one m64n256 accumulator tile per warpgroup) or
-// 128 (more blocks for short prompts).
-constexpr int kTokTileLarge = 256, kTokTileSmall = 128;
-// Weight rows ("virtual" rows: gate and up count separately) per block.
-constexpr int kBlockRows = 128;
+// The tile constants kTokTileLarge / kTokTileSmall (token rows per block) and
+// kBlockRows (weight rows per block) are in kernels/gemm_plan.h, where the
+// host-only plan model sees them.
 
 // Whether the sm_90a kernels are in this build and can run on device `dev`.
 bool available(int dev);
 
-// Launches Y = X W^T with epilogue ep; fmt is kQ4_0 or kQ8_0.
+// Launches Y = X W^T with epilogue ep; fmt is a format with kWgmma
+// (cudaErrorNotSupported otherwise).
 cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, cudaStream_t stream);
 
 }  // namespace wgmma

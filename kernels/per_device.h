@@ -1,5 +1,10 @@
-// Host helper of the kernel launchers: a per-device value computed once.
+// Host helpers of the kernel launchers: per-device values computed once, so
+// that no launcher queries the driver on the hot path. Every launcher that
+// needs such a value uses these (the GEMM's dispatch and mma.sync kernel,
+// attention, both wgmma kernels); none keeps its own cache.
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <atomic>
 
@@ -25,6 +30,34 @@ struct PerDevice {
     return x;
   }
 };
+
+// Streaming multiprocessors of device `dev`; 0 when the driver cannot say
+// (not remembered: the next call asks again).
+inline int sm_count(int dev) {
+  static PerDevice cache;
+  return cache.get(dev, [dev] {
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    return n;
+  });
+}
+
+// Raises `kernel`'s dynamic shared-memory limit to `bytes` on device `dev`,
+// once per device: `once` is the caller's cache for this kernel (a static
+// next to its launch). A failure is returned (the attribute call's error)
+// and not remembered.
+template <class Kernel>
+cudaError_t set_smem_once(PerDevice& once, int dev, Kernel kernel, int bytes) {
+  cudaError_t e = cudaSuccess;
+  once.get(dev, [&] {
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    return e == cudaSuccess ? 1 : -1;
+  });
+  return e;
+}
 
 }  // namespace kern
 }  // namespace qsp

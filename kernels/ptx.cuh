@@ -1,6 +1,7 @@
 // Tiny device helpers shared by the kernels, each named after the PTX it
-// wraps. Kernel-specific variants (copies with immediate offsets, cache
-// hints) stay next to their kernel.
+// wraps: the one set of PTX wrappers of the mma.sync kernels, the GEMV and
+// the weight decoders (kernels/formats/). The Hopper-only ones (mbarriers,
+// TMA, wgmma) are in kernels/sm90.cuh.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -53,6 +54,41 @@ __device__ __forceinline__ void cp_async_cg_16(uint32_t dst, const void* src, bo
   asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%4], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n), "n"(kDstImm),
                "n"(kSrcImm));
 }
+// 16-byte global -> shared copy with an L2 128-byte prefetch hint; zero-fills
+// when !pred (src is not read). The GEMM's activation and weight stages.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool pred) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(pred ? 16 : 0));
+}
+
+// Shared-memory loads of 16, 8 and 4 bytes.
+__device__ __forceinline__ void lds128(uint32_t& a, uint32_t& b, uint32_t& c, uint32_t& d, uint32_t addr) {
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr));
+}
+__device__ __forceinline__ void lds64(uint32_t& a, uint32_t& b, uint32_t addr) {
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(a), "=r"(b) : "r"(addr));
+}
+__device__ __forceinline__ void lds32(uint32_t& a, uint32_t addr) {
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(a) : "r"(addr));
+}
+
+// Streaming weight loads: read once, kept out of L1 (activations live there).
+__device__ __forceinline__ void ldg128_stream(uint32_t& a, uint32_t& b, uint32_t& c, uint32_t& d, const void* p) {
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
+               : "l"(p));
+}
+__device__ __forceinline__ void ldg64_stream(uint32_t& a, uint32_t& b, const void* p) {
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(a), "=r"(b) : "l"(p));
+}
+__device__ __forceinline__ void ldg32_stream(uint32_t& a, const void* p) {
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(a) : "l"(p));
+}
+// Activation loads: re-read by every block, cached.
+__device__ __forceinline__ void ldg32(uint32_t& a, const void* p) {
+  asm volatile("ld.global.nc.u32 %0, [%1];\n" : "=r"(a) : "l"(p));
+}
+
 // Four 8x8 b16 matrices from [base + kImm] (lane i addresses row i % 8 of
 // matrix i / 8); .trans transposes each.
 template <int kImm = 0>

@@ -1,7 +1,8 @@
 // Hopper (sm_90a) building blocks shared by the wgmma kernels
 // (kernels/gemm_wgmma.cu, kernels/attention_wgmma.cu): mbarriers, TMA and
 // bulk copies, setmaxnreg, wgmma with its shared-memory descriptors, and the
-// host lookup of cuTensorMapEncodeTiled. Include only from sm_90a sources.
+// host side: the lookup of cuTensorMapEncodeTiled and runs_on(), whether a
+// wgmma kernel can run on a device. Include only from sm_90a sources.
 #pragma once
 
 #include <cuda.h>
@@ -9,6 +10,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "kernels/per_device.h"
 
 namespace qsp {
 namespace kern {
@@ -192,6 +195,29 @@ inline bool encode_f16_2d(CUtensorMap* map, const void* base, uint64_t cols, uin
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<void*>(base), dims, strides, box, estr,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Whether the sm_90a kernel `kernel` can run on device `dev`: a compute
+// capability 9.0 device (sm_90a code runs on nothing else), a driver that
+// has cuTensorMapEncodeTiled, and an sm_90a image of the kernel in this
+// binary. Remembered per device in `once` (the caller's static).
+template <class Kernel>
+bool runs_on(PerDevice& once, int dev, Kernel kernel) {
+  return once.get(dev, [&]() -> int {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    if (major != 9 || minor != 0 || encode_fn() == nullptr) return 0;
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
+      (void)cudaGetLastError();  // no sm_90a image for this device
+      return 0;
+    }
+    return 1;
+  }) == 1;
 }
 
 }  // namespace sm90

@@ -202,9 +202,7 @@ class CudaBackend final : public Backend {
 
   void check_supported(const TensorMeta& m, const char* slot) const override {
     if (m.role == TensorRole::kVector) return;
-    const bool known = m.dtype == QSP_DTYPE_Q4_0 || m.dtype == QSP_DTYPE_Q8_0 || m.dtype == QSP_DTYPE_F16 ||
-                       m.dtype == QSP_DTYPE_BF16 || m.dtype == QSP_DTYPE_F32;
-    QSP_FAIL_IF(!known, QSP_ERR_UNSUPPORTED, "%s: the CUDA backend has no kernels for %s weights yet", slot,
+    QSP_FAIL_IF(!kern::format_supported(m.dtype), QSP_ERR_UNSUPPORTED, "%s: the CUDA backend has no kernels for %s weights yet", slot,
                 fmt::name(m.dtype));
     const char* why = nullptr;
     QSP_FAIL_IF(!kern::gemm_supported(kern::format_for(m.dtype), int64_t(m.rows), int64_t(m.cols), &why),
@@ -311,8 +309,8 @@ class CudaBackend final : public Backend {
       {
         // Q | K | V are adjacent columns of qkv: one launch where the formats allow.
         const kern::DWeight &wq = W(L[kWq]), &wk = W(L[kWk]), &wv = W(L[kWv]);
-        const bool grouped = wq.fmt != kern::WFormat::kF16 && wk.fmt == wq.fmt && wv.fmt == wq.fmt &&
-                             wq.rows % 16 == 0 && wk.rows % 16 == 0 && int64_t(wq.rows) == Q && int64_t(wk.rows) == KV;
+        const bool grouped = kern::gemm_row_group_ok(wq) && kern::gemm_row_group_ok(wk) && wk.fmt == wq.fmt &&
+                             wv.fmt == wq.fmt && int64_t(wq.rows) == Q && int64_t(wk.rows) == KV;
         if (grouped) {
           const kern::DWeight cat[2] = {wk, wv};
           gemm(xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, qkv, qkv_ld_, cat);

@@ -1,0 +1,130 @@
+// Q4_0 on the device: GGUF blocks of 32 weights (fp16 d, 16 bytes of
+// nibbles, x = d * (q - 8)) repacked into the tiled layout of
+// kernels/qweight_layout.h, 512 bytes of nibbles + 64 of scales per 16 x 64
+// unit. The traits contract is listed in kernels/qweight.cuh.
+#pragma once
+
+#include <cstring>
+
+#include "common/parallel.h"
+#include "common/quant.h"
+#include "kernels/ptx.cuh"
+#include "kernels/qweight.cuh"
+
+namespace qsp {
+namespace kern {
+
+template <>
+struct WTraits<WFormat::kQ4_0> {
+  // ---- Host -------------------------------------------------------------------------------
+  static bool serves(int32_t dtype) { return dtype == QSP_DTYPE_Q4_0; }
+  static constexpr int kUnit = qw::kQ4UnitBytes;
+  static constexpr int kScaleUnit = qw::kScaleUnitBytes;  // fp16 d of 16 rows x 2 blocks
+  __host__ __device__ static size_t scales_offset(int64_t rows, int64_t cols) { return qw::unit_array_bytes(kUnit, rows, cols); }
+  static size_t bytes(int64_t rows, int64_t cols) {
+    return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols);
+  }
+  // cols % 32 == 0 (checked by the caller).
+  static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
+    const BlockQ4_0* src = static_cast<const BlockQ4_0*>(src_v);
+    const int64_t KC = qw::n_chunks(cols), nb = cols / kQBlock;
+    const size_t soff = scales_offset(rows, cols);
+    static const qw::ChunkMap map;
+    parallel_for(qw::n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
+      uint8_t nib[32];
+      for (int64_t tile = t0; tile < t1; ++tile) {
+        for (int64_t c = 0; c < KC; ++c) {
+          const int64_t unit = tile * KC + c;
+          uint32_t* q = reinterpret_cast<uint32_t*>(dst + unit * kUnit);  // [lane][s]
+          uint16_t* sc = reinterpret_cast<uint16_t*>(dst + soff + unit * kScaleUnit);
+          std::memset(q, 0, kUnit);
+          for (int rr = 0; rr < 16; ++rr) {
+            const int64_t row = tile * 16 + rr;
+            const int g = rr & 7, p = rr >> 3;
+            for (int h = 0; h < 2; ++h) {
+              // Block 2c+h is chunk cols 32h .. 32h+31.
+              const int64_t b = 2 * c + h;
+              const bool ok = row < rows && b < nb;
+              if (ok) {
+                const BlockQ4_0& blk = src[row * nb + b];
+                for (int j = 0; j < 16; ++j) {
+                  nib[j] = blk.qs[j] & 15u;
+                  nib[j + 16] = blk.qs[j] >> 4;
+                }
+                sc[4 * g + 2 * h + p] = blk.d;
+              } else {
+                std::memset(nib, 8, sizeof nib);  // decodes to 0 (and d = 0)
+                sc[4 * g + 2 * h + p] = 0;
+              }
+              for (int i = 0; i < 32; ++i) {
+                const int j = 32 * h + i;
+                q[(4 * g + map.t[j]) * 4 + map.s[j]] |= uint32_t(nib[i]) << qw::q4_shift(p, map.e[j]);
+              }
+            }
+          }
+        }
+      }
+    });
+  }
+
+  // ---- Layout -----------------------------------------------------------------------------
+  static constexpr bool kRowMajor = false;
+  static constexpr bool kWgmma = true;
+
+  // ---- mma.sync GEMM and GEMV -------------------------------------------------------------
+  static constexpr int kTileStageBytes = kUnit + kScaleUnit;
+  static constexpr int kStages = 4;
+  static constexpr int kGemvRawRegs = 6;
+  struct Raw {
+    uint32_t q[4];  // lane word per k step
+    uint32_t s[2];  // scales of blocks 2c, 2c+1 (lo = row g, hi = row g+8)
+  };
+  // Stage smem: [tiles][kUnit] quants, then [tiles][64] scales.
+  __device__ static void lds_raw(Raw& r, uint32_t sb, int tiles, int v, int lane, int hs) {
+    if (hs != 0) return;  // one conflict-free LDS.128 holds all four k steps
+    lds128(r.q[0], r.q[1], r.q[2], r.q[3], sb + v * kUnit + lane * 16);
+    lds64(r.s[0], r.s[1], sb + tiles * kUnit + v * kScaleUnit + (lane >> 2) * 8);
+  }
+  __device__ static void ldg_raw(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
+    ldg128_stream(r.q[0], r.q[1], r.q[2], r.q[3], w + unit * kUnit + lane * 16);
+    ldg64_stream(r.s[0], r.s[1], w + soff + unit * kScaleUnit + (lane >> 2) * 8);
+  }
+  __device__ static void frags(const Raw& r, int s, uint32_t (&f)[4]) { qw::dq_q4(r.q[s], r.s[s >> 1], f); }
+
+  // ---- wgmma GEMM -------------------------------------------------------------------------
+  // A fragments of the four k steps of one chunk for the warp's tile, from
+  // the stage's smem (q_tile: the tile's unit, s_tile: its scales).
+  __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
+    uint32_t q[4], sc[2];
+    lds128(q[0], q[1], q[2], q[3], q_tile + lane * 16);
+    lds64(sc[0], sc[1], s_tile + (lane >> 2) * 8);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t f[4];
+      qw::dq_q4(q[s], sc[s >> 1], f);
+      A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
+    }
+  }
+
+  // ---- Embedding --------------------------------------------------------------------------
+  // Dequantizes cols [col8, col8 + 8) of `row`; col8 % 8 == 0. Those 8
+  // columns share one k step, one block and one fragment register (e >> 1):
+  // the four lanes t = 0..3 of row group g hold two columns each.
+  __device__ static void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
+    const uint8_t* base = static_cast<const uint8_t*>(w.data);
+    const qw::Coord c = qw::coord_of(row, col8, w.cols);  // t == 0, e == 0 or 2
+    const float d =
+        __half2float(*reinterpret_cast<const __half*>(base + scales_offset(w.rows, w.cols) + qw::scale_byte(c)));
+    const size_t ub = size_t(c.unit) * kUnit;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const int lane = c.lane + t;
+      const uint32_t word = *reinterpret_cast<const uint32_t*>(base + ub + lane * 16 + 4 * c.s);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) out[2 * t + i] = d * float(int((word >> qw::q4_shift(c.p, c.e + i)) & 15u) - 8);
+    }
+  }
+};
+
+}  // namespace kern
+}  // namespace qsp

@@ -1,0 +1,116 @@
+// Q8_0 on the device: GGUF blocks of 32 weights (fp16 d, 32 int8 q,
+// x = d * q) repacked into the tiled layout of kernels/qweight_layout.h,
+// 1024 bytes of q + 128 (uint8) + 64 of scales per 16 x 64 unit. The traits contract
+// is listed in kernels/qweight.cuh.
+#pragma once
+
+#include "common/parallel.h"
+#include "common/quant.h"
+#include "kernels/ptx.cuh"
+#include "kernels/qweight.cuh"
+
+namespace qsp {
+namespace kern {
+
+template <>
+struct WTraits<WFormat::kQ8_0> {
+  // ---- Host -------------------------------------------------------------------------------
+  static bool serves(int32_t dtype) { return dtype == QSP_DTYPE_Q8_0; }
+  static constexpr int kUnit = qw::kQ8UnitBytes;
+  static constexpr int kScaleUnit = qw::kScaleUnitBytes;  // fp16 d of 16 rows x 2 blocks
+  __host__ __device__ static size_t scales_offset(int64_t rows, int64_t cols) {
+    return qw::unit_array_bytes(kUnit, rows, cols);
+  }
+  static size_t bytes(int64_t rows, int64_t cols) {
+    return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols);
+  }
+  // cols % 32 == 0 (checked by the caller).
+  static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
+    const BlockQ8_0* src = static_cast<const BlockQ8_0*>(src_v);
+    const int64_t KC = qw::n_chunks(cols), nb = cols / kQBlock;
+    const size_t soff = scales_offset(rows, cols);
+    static const qw::ChunkMap map;
+    parallel_for(qw::n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
+      for (int64_t tile = t0; tile < t1; ++tile) {
+        for (int64_t c = 0; c < KC; ++c) {
+          const int64_t unit = tile * KC + c;
+          uint8_t* q = dst + unit * kUnit;
+          uint16_t* sc = reinterpret_cast<uint16_t*>(dst + soff + unit * kScaleUnit);
+          for (int rr = 0; rr < 16; ++rr) {
+            const int64_t row = tile * 16 + rr;
+            const int g = rr & 7, p = rr >> 3;
+            for (int h = 0; h < 2; ++h) {
+              const int64_t b = 2 * c + h;
+              const bool ok = row < rows && b < nb;
+              sc[4 * g + 2 * h + p] = ok ? src[row * nb + b].d : uint16_t(0);
+              for (int i = 0; i < 32; ++i) {
+                const int j = 32 * h + i;
+                q[qw::q8_byte(4 * g + map.t[j], map.s[j], p, map.e[j])] =
+                    ok ? uint8_t(int(src[row * nb + b].qs[i]) + 128) : uint8_t(128);
+              }
+            }
+          }
+        }
+      }
+    });
+  }
+
+  // ---- Layout -----------------------------------------------------------------------------
+  static constexpr bool kRowMajor = false;
+  static constexpr bool kWgmma = true;
+
+  // ---- mma.sync GEMM and GEMV -------------------------------------------------------------
+  static constexpr int kTileStageBytes = kUnit + kScaleUnit;
+  static constexpr int kStages = 4;
+  static constexpr int kGemvRawRegs = 10;
+  struct Raw {
+    uint32_t q[2][4];  // [half-stage][rows g: steps 2hs, 2hs+1; rows g+8: same]
+    uint32_t s[2];
+  };
+  // Loaded per half-stage (20 registers for 4 tiles instead of 40): the unit
+  // keeps each half-stage's 16 bytes per lane contiguous, so still LDS.128.
+  __device__ static void lds_raw(Raw& r, uint32_t sb, int tiles, int v, int lane, int hs) {
+    lds128(r.q[hs][0], r.q[hs][1], r.q[hs][2], r.q[hs][3], sb + v * kUnit + hs * 512 + lane * 16);
+    lds32(r.s[hs], sb + tiles * kUnit + v * kScaleUnit + (lane >> 2) * 8 + 4 * hs);
+  }
+  __device__ static void ldg_raw(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
+    ldg128_stream(r.q[0][0], r.q[0][1], r.q[0][2], r.q[0][3], w + unit * kUnit + lane * 16);
+    ldg128_stream(r.q[1][0], r.q[1][1], r.q[1][2], r.q[1][3], w + unit * kUnit + 512 + lane * 16);
+    ldg64_stream(r.s[0], r.s[1], w + soff + unit * kScaleUnit + (lane >> 2) * 8);
+  }
+  __device__ static void frags(const Raw& r, int s, uint32_t (&f)[4]) {
+    qw::dq_q8(r.q[s >> 1][s & 1], r.q[s >> 1][2 + (s & 1)], r.s[s >> 1], f);
+  }
+
+  // ---- wgmma GEMM -------------------------------------------------------------------------
+  __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
+    uint32_t q[2][4], sc[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) lds128(q[h][0], q[h][1], q[h][2], q[h][3], q_tile + h * 512 + lane * 16);
+    lds64(sc[0], sc[1], s_tile + (lane >> 2) * 8);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t f[4];
+      qw::dq_q8(q[s >> 1][s & 1], q[s >> 1][2 + (s & 1)], sc[s >> 1], f);
+      A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
+    }
+  }
+
+  // ---- Embedding --------------------------------------------------------------------------
+  // Dequantizes cols [col8, col8 + 8) of `row` (see WTraits<kQ4_0>::load8).
+  __device__ static void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
+    const uint8_t* base = static_cast<const uint8_t*>(w.data);
+    const qw::Coord c = qw::coord_of(row, col8, w.cols);  // t == 0, e == 0 or 2
+    const float d =
+        __half2float(*reinterpret_cast<const __half*>(base + scales_offset(w.rows, w.cols) + qw::scale_byte(c)));
+    const size_t ub = size_t(c.unit) * kUnit;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) out[2 * t + i] = d * float(int(base[ub + qw::q8_byte(c.lane + t, c.s, c.p, c.e + i)]) - 128);
+    }
+  }
+};
+
+}  // namespace kern
+}  // namespace qsp

@@ -1,0 +1,40 @@
+// The GEMM plan model (host only): which kernel and tile configuration
+// kern::gemm() runs for a shape, from an estimate of each candidate's time in
+// one unit of SM time. The constants are measured; the measurements are in
+// the comments of kernels/gemm_plan.cpp and in bench/RESULTS.md.
+#pragma once
+
+#include <cstdint>
+
+namespace qsp {
+namespace kern {
+
+namespace wgmma {
+// The Hopper GEMM's tiles (kernels/gemm_wgmma.cu), here so that the host-only
+// plan model can see them. Token rows per block: 256 (one m64n256
+// accumulator tile per warpgroup) or 128 (more blocks for short prompts).
+constexpr int kTokTileLarge = 256, kTokTileSmall = 128;
+// Weight rows ("virtual" rows: gate and up count separately) per block.
+constexpr int kBlockRows = 128;
+}  // namespace wgmma
+
+// The mma.sync kernel: the large config (ks = 1) or the medium one with K
+// split ks ways; t in units of one large-tile chunk (128 x 256 x 64) on one SM.
+struct Plan {
+  bool large;
+  int ks;
+  double t;
+};
+// real_n: output columns; KC: 64-column chunks of K; dual: kSwiGLU (gate and
+// up rows in one block); sms: the device's SM count.
+Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms);
+
+// The wgmma kernel in the same units, with its token tile bt.
+struct WgPlan {
+  int bt;
+  double t;
+};
+WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, int sms);
+
+}  // namespace kern
+}  // namespace qsp

@@ -1,0 +1,156 @@
+// The GEMV (M <= 16): decode and the LM head. Memory bound: every weight
+// byte is read once with 16-byte streaming loads. Weights are the mma A
+// operand (16 weight rows per tile), the tokens the 8-wide B operand, so
+// M = 1 wastes 7/8 of a tiny tensor-core op instead of 15/16. One block per
+// 16-row tile; its warps split K and reduce through shared memory. The
+// per-format part (global -> raw words -> fragments) is the format's WTraits.
+#include <algorithm>
+
+#include "kernels/formats/formats.cuh"
+#include "kernels/gemm_internal.cuh"
+#include "kernels/ptx.cuh"
+#include "kernels/qweight.cuh"
+
+namespace qsp {
+namespace kern {
+namespace {
+
+constexpr int kGemvMaxWarps = 8;
+
+// grid = (tiles); block = 32 * kw threads, kw <= kGemvMaxWarps warps that
+// split the K chunks round-robin (warp w: chunks w, w + kw, ...).
+template <WFormat F,
+          int MT,  // m8 token tiles: 1 (M <= 8) or 2 (M <= 16)
+          int U,   // chunks a warp has in flight per round (loads issued before any use)
+          Epilogue EP>
+__global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kernel(const KArgs a) {
+  using T = WTraits<F>;
+  constexpr bool kDual = EP == Epilogue::kSwiGLU;
+  constexpr int NM = kDual ? 2 : 1;  // weight matrices
+  constexpr int kLd = 20;            // smem row stride: the partial writes of a warp hit 32 banks
+  __shared__ float red[kGemvMaxWarps][NM][MT * 8][kLd];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int tile = blockIdx.x;
+  const int M = a.o.M, N = a.o.N;
+
+  float acc[NM][MT][4];
+#pragma unroll
+  for (int w = 0; w < NM; ++w)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[w][mt][r] = 0.0f;
+  // The tile's matrix (a group member unless kSwiGLU) and unit 0.
+  const WLoc loc = kDual ? WLoc{a.w[0], uint32_t(a.scale_off), tile} : locate(a.grp, tile);
+
+  for (int c0 = warp; c0 < a.KC; c0 += kw * U) {
+    typename T::Raw raw[U][NM];
+    uint32_t xb[U][MT][4][2];  // X row mt*8+g, k step s: cols 16s+2t, +1 and 16s+2t+8, +9
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + u * kw;
+      const bool ok = c < a.KC;
+#pragma unroll
+      for (int w = 0; w < NM; ++w) {
+        if constexpr (T::kRowMajor) {
+          const __half* wb = reinterpret_cast<const __half*>(a.w[w]);
+          const int n = tile * 16 + g;
+          const __half* rg = ok && n < N ? wb + size_t(n) * size_t(a.K) + c * 64 : nullptr;
+          const __half* rg8 = ok && n + 8 < N ? wb + size_t(n + 8) * size_t(a.K) + c * 64 : nullptr;
+          T::ldg_rows(raw[u][w], rg, rg8, t, c * 64 + 32 < a.K);
+        } else if (ok) {
+          const uint8_t* base = w == 0 ? loc.base : a.w[1];
+          const size_t soff = w == 0 ? size_t(loc.soff) : a.scale_off;
+          T::ldg_raw(raw[u][w], base, soff, size_t(w == 0 ? loc.tile : tile) * size_t(a.KC) + size_t(c), lane);
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int m = mt * 8 + g;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+          uint32_t* r = xb[u][mt][s];
+          if (ok && m < M && c * 64 + 16 * s < a.K) {
+            const __half* xp = a.x + size_t(m) * size_t(a.ldx) + c * 64 + 16 * s + 2 * t;
+            ldg32(r[0], xp);
+            ldg32(r[1], xp + 8);
+          } else {
+            r[0] = r[1] = 0u;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (c0 + u * kw >= a.KC) break;  // warp-uniform
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+#pragma unroll
+        for (int w = 0; w < NM; ++w) {
+          uint32_t f[4];
+          T::frags(raw[u][w], s, f);
+          const uint32_t A[4] = {f[0], f[2], f[1], f[3]};
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) mma_m16n8k16(acc[w][mt], A, xb[u][mt][s][0], xb[u][mt][s][1]);
+        }
+      }
+    }
+  }
+
+  // D[n][m]: c0, c1 = (n = g, m = 2t, 2t+1); c2, c3 = (n = g + 8, same m).
+#pragma unroll
+  for (int w = 0; w < NM; ++w)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) red[warp][w][mt * 8 + 2 * t + (r & 1)][g + 8 * (r >> 1)] = acc[w][mt][r];
+  __syncthreads();
+  for (int e = threadIdx.x; e < MT * 8 * 16; e += blockDim.x) {
+    const int m = e / 16, nl = e % 16, n = tile * 16 + nl;
+    if (m >= M || n >= N) continue;
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int w = 0; w < kw; ++w) {
+      s0 += red[w][0][m][nl];
+      if (kDual) s1 += red[w][NM - 1][m][nl];
+    }
+    const size_t i = size_t(m) * size_t(a.o.ldo) + size_t(n);
+    if (EP == Epilogue::kStoreF16) a.o.out_h[i] = __float2half_rn(s0);
+    if (EP == Epilogue::kSwiGLU) a.o.out_h[i] = __float2half_rn(silu(s0) * s1);
+    if (EP == Epilogue::kStoreF32) a.o.out_f[i] = s0;
+    if (EP == Epilogue::kAddF32) a.o.out_f[i] += s0;
+  }
+}
+
+// Chunks a GEMV warp keeps in flight: as many as fit ~56 registers of
+// undecoded weights + activations (Q4_0, M <= 8: 4 chunks = 2 KB per warp).
+template <WFormat F>
+constexpr int gemv_unroll(int mt, bool dual) {
+  const int per = (dual ? 2 : 1) * WTraits<F>::kGemvRawRegs + mt * 8;
+  return 56 / per < 1 ? 1 : 56 / per > 4 ? 4 : 56 / per;
+}
+
+template <WFormat F, int MT, Epilogue EP>
+cudaError_t launch_mt(const KArgs& a, cudaStream_t stream) {
+  constexpr int U = gemv_unroll<F>(MT, EP == Epilogue::kSwiGLU);
+  // Enough warps to cover K with U chunks each, at most kGemvMaxWarps.
+  const int kw = std::max(1, std::min(kGemvMaxWarps, a.KC / U));
+  gemv_kernel<F, MT, U, EP><<<a.tiles, kw * 32, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_gemv(const KArgs& a, WFormat f, Epilogue ep, cudaStream_t stream) {
+  return dispatch_format(f, cudaErrorInvalidValue, [&](auto fmt) {
+    constexpr WFormat F = decltype(fmt)::kFormat;
+    return dispatch_epilogue(ep, [&](auto e) {
+      constexpr Epilogue EP = decltype(e)::value;
+      return a.o.M <= 8 ? launch_mt<F, 1, EP>(a, stream) : launch_mt<F, 2, EP>(a, stream);
+    });
+  });
+}
+
+}  // namespace kern
+}  // namespace qsp

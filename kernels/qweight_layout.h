@@ -1,0 +1,128 @@
+// The device layout of GEMM weights ("tiled" layout), documented once, and its
+// index arithmetic, usable from host and device code: the host repacking of
+// each format (kernels/formats/<name>.cuh, repack()) writes it, the format
+// decoders (the same headers) and kernels/qweight.cuh read it.
+//
+// W is rows (N, outputs) x cols (K, inputs), K contiguous in GGUF.
+//
+// ---- Why this layout ---------------------------------------------------------
+// The GEMMs multiply with mma.sync.m16n8k16 (sm_80+) and wgmma.m64nNk16
+// (sm_90a). Both give thread (lane = 4*g + t) of a warp the k-indices
+// {2t, 2t+1, 2t+8, 2t+9} of each 16-wide k step of its A fragment (rows g and
+// g+8 of a 16-row slice; mma.sync's B fragment holds the same k-indices of
+// column g). The layout stores, for every 16-row x 64-column unit, each
+// lane's weights of all four k steps in one 16-byte word (Q4_0; two for
+// Q8_0), in natural column order:
+//     col(s, t, e) = 16*s + 2*t + (e & 1) + 8*(e >> 1)      k step s = 0..3
+// (e = 0,1 are the {2t, 2t+1} register, e = 2,3 the {2t+8, 2t+9} one).
+// Consequences:
+//  - Activations need no permutation anywhere: the wgmma kernel reads them
+//    through TMA in the canonical 128-byte swizzle, the mma.sync kernel with
+//    ldmatrix, the GEMV with 4-byte loads.
+//  - A lane's quantized weights for one 16x64 unit are one 16-byte word
+//    (Q4_0) or two (Q8_0), decoded in registers straight into fragments:
+//    weights are the wgmma A operand (from registers) or the mma.sync B one.
+//  - Both 32-wide quant blocks of a chunk are uniform per k-step pair: steps
+//    0,1 lie in block 2c, steps 2,3 in block 2c+1 for every lane.
+//
+// ---- Q4_0 and Q8_0 ------------------------------------------------------------
+// Rows are padded to a multiple of 16 (tiles), cols to a multiple of 64
+// (chunks); padding decodes to 0. The buffer is
+//     quants [n_tiles][n_chunks][unit_bytes]     unit_bytes = 512 (Q4_0) / 1024 (Q8_0)
+//     scales [n_tiles][n_chunks][64]             fp16 GGUF d of the 32-blocks
+// so the units of one 16-row tile are contiguous along K.
+// Inside a unit, row r of the tile is (g = r & 7, p = r >> 3): p selects the
+// fragment half (rows g or g+8 of an m16 A tile / the two n8 B tiles).
+//  Q4_0: byte lane*16 + 4*s holds the 32-bit word of (lane, step s): the 8
+//        nibbles (raw GGUF q, value d*(q-8)) of rows g and g+8 at col(s,t,e),
+//        nibble shift 8*p + 16*(e&1) + 4*(e>>1). That order is what the
+//        Marlin-style lop3 decode (0x000f000f / 0x00f000f0 masks, then >>8)
+//        turns into the four fragment registers with no shuffling.
+//  Q8_0: byte 512*(s>>1) + 16*lane + 8*p + 4*(s&1) + e holds q + 128 (uint8)
+//        of row 8p+g at col(s,t,e): a lane's 16 bytes of one half cover k
+//        steps 2h, 2h+1 of both row halves, i.e. one LDS.128 per half-stage.
+//        prmt places the bytes under an fp16 exponent (0x64xx = 1024 + x).
+//  Scales: byte 8*g + 2*(2*h + p) of a unit's 64 holds d of row 8p+g, block
+//        2c+h: a lane reads its 8 bytes once per unit (LDS.64 / LDG.64).
+// ---- F16 -------------------------------------------------------------------------
+// Plain row-major fp16 [rows][cols] (GGUF F16 / BF16 / F32 converted), no
+// padding: the permutation above is applied on the fly by the loads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define QSP_HD __host__ __device__
+#else
+#define QSP_HD
+#endif
+
+namespace qsp {
+namespace kern {
+namespace qw {
+
+constexpr int kTileRows = 16;       // rows per tile (m16 of the GEMV's A, two n8 of the GEMM's B)
+constexpr int kChunkCols = 64;      // cols per chunk (four k16 mma steps)
+constexpr int kScaleUnitBytes = 64; // 16 rows x 2 blocks x fp16
+constexpr int kQ4UnitBytes = 512;   // 16 x 64 nibbles
+constexpr int kQ8UnitBytes = 1024;  // 16 x 64 bytes
+
+QSP_HD constexpr int64_t n_tiles(int64_t rows) { return (rows + kTileRows - 1) / kTileRows; }
+QSP_HD constexpr int64_t n_chunks(int64_t cols) { return (cols + kChunkCols - 1) / kChunkCols; }
+// Bytes of one per-unit array of a rows x cols matrix, `unit` bytes per
+// 16 x 64 unit: a tiled format's quant array, i.e. its scale array's offset.
+QSP_HD constexpr size_t unit_array_bytes(int unit, int64_t rows, int64_t cols) {
+  return size_t(n_tiles(rows)) * size_t(n_chunks(cols)) * size_t(unit);
+}
+
+// Physical column (within a 64-chunk) of lane-quad t, k step s, element e.
+QSP_HD constexpr int chunk_col(int s, int t, int e) { return 16 * s + 2 * t + (e & 1) + 8 * (e >> 1); }
+// Q4_0 nibble shift inside a lane word for fragment half p, element e.
+QSP_HD constexpr int q4_shift(int p, int e) { return 8 * p + 16 * (e & 1) + 4 * (e >> 1); }
+
+// Byte of (lane, k step s, fragment half p, element e) inside a Q8_0 unit.
+QSP_HD constexpr int q8_byte(int lane, int s, int p, int e) {
+  return 512 * (s >> 1) + 16 * lane + 8 * p + 4 * (s & 1) + e;
+}
+
+// Where element (row, col) lives: the inverse of chunk_col plus the unit.
+struct Coord {
+  int64_t unit;  // tile * n_chunks + chunk
+  int lane;      // 4*g + t
+  int s, e, p, h, g;
+};
+QSP_HD inline Coord coord_of(int64_t row, int64_t col, int64_t cols) {
+  Coord c;
+  const int r = int(row & 15), j = int(col & 63);
+  c.unit = (row >> 4) * n_chunks(cols) + (col >> 6);
+  c.g = r & 7;
+  c.p = r >> 3;
+  c.h = j >> 5;
+  c.s = j >> 4;
+  c.e = (j & 1) + 2 * ((j >> 3) & 1);
+  c.lane = 4 * c.g + ((j >> 1) & 3);
+  return c;
+}
+// Byte offset of a scale inside the scale array.
+QSP_HD inline size_t scale_byte(const Coord& c) {
+  return size_t(c.unit) * kScaleUnitBytes + 8 * c.g + 2 * (2 * c.h + c.p);
+}
+
+// Host repacking: where column j (0..63) of a chunk goes, lane quad t, k step
+// s, element e (coord_of, tabulated once per format).
+struct ChunkMap {
+  uint8_t t[64], s[64], e[64];
+  ChunkMap() {
+    for (int j = 0; j < 64; ++j) {
+      const Coord c = coord_of(0, j, 64);
+      t[j] = uint8_t(c.lane & 3);
+      s[j] = uint8_t(c.s);
+      e[j] = uint8_t(c.e);
+    }
+  }
+};
+
+}  // namespace qw
+}  // namespace kern
+}  // namespace qsp
