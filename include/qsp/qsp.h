@@ -1,6 +1,7 @@
 /*
  * qsp.h — the public C API of qsp, a prompt-prefill engine for quantized
- * decoder-only transformers (Qwen3 and Llama families, GGUF Q4_0 / Q8_0).
+ * decoder-only transformers (Qwen3 and Llama families, GGUF Q4_0 / Q8_0 and,
+ * since 1.1, the other legacy and K-quant block formats).
  *
  * This header is handwritten, C99-clean and the whole ABI of libqsp.so.1.
  *
@@ -34,7 +35,7 @@
  *  Layout     Matrices are row-major with the column (input-feature) index
  *             contiguous, as GGUF stores them: a weight of n_rows x n_cols maps
  *             an input of n_cols features to n_rows outputs. Quantized blocks
- *             of 32 run along the columns.
+ *             (32 elements; 256 for the K-quants) run along the columns.
  */
 #ifndef QSP_QSP_H
 #define QSP_QSP_H
@@ -63,11 +64,11 @@ extern "C" {
 
 /* ---- Version ------------------------------------------------------------- */
 #define QSP_VERSION_MAJOR 1
-#define QSP_VERSION_MINOR 0
+#define QSP_VERSION_MINOR 1
 #define QSP_VERSION_PATCH 0
 #define QSP_VERSION_NUMBER \
   (QSP_VERSION_MAJOR * 10000 + QSP_VERSION_MINOR * 100 + QSP_VERSION_PATCH)
-#define QSP_VERSION_STRING "1.0.0"
+#define QSP_VERSION_STRING "1.1.0"
 /* The ABI major version: the SONAME is libqsp.so.QSP_ABI_VERSION. Bindings
  * compare it with qsp_abi_version() at load time. */
 #define QSP_ABI_VERSION 1
@@ -131,7 +132,17 @@ QSP_API void qsp_set_log_callback(qsp_log_callback callback, void* user_data, in
 #define QSP_DTYPE_F32   0
 #define QSP_DTYPE_F16   1
 #define QSP_DTYPE_Q4_0  2   /* blocks of 32: fp16 scale d, 16 bytes of nibbles; x = d * (q - 8) */
+#define QSP_DTYPE_Q4_1  3   /* blocks of 32 (20 B): fp16 d, fp16 m, 16 bytes of nibbles; x = d * q + m (since 1.1) */
+#define QSP_DTYPE_Q5_0  6   /* blocks of 32 (22 B): fp16 d, 32 high bits, 16 bytes of nibbles; x = d * (q - 16) (since 1.1) */
+#define QSP_DTYPE_Q5_1  7   /* blocks of 32 (24 B): fp16 d, fp16 m, 32 high bits, 16 bytes of nibbles; x = d * q + m (since 1.1) */
 #define QSP_DTYPE_Q8_0  8   /* blocks of 32: fp16 scale d, 32 int8;              x = d * q       */
+/* K-quants: super-blocks of 256 in sub-blocks of 16 or 32, each with its own
+ * small integer scale (and min) under the fp16 super-block d (and dmin). */
+#define QSP_DTYPE_Q2_K 10   /* 256 (84 B): 16 x (4-bit scale, 4-bit min), 2-bit q, fp16 d, dmin; x = d*sc*q - dmin*m (since 1.1) */
+#define QSP_DTYPE_Q3_K 11   /* 256 (110 B): 3-bit q (2 low bits + high-bit mask), 16 6-bit scales, fp16 d; x = d*(sc-32)*(q-4) (since 1.1) */
+#define QSP_DTYPE_Q4_K 12   /* 256 (144 B): fp16 d, dmin, 8 x (6-bit scale, 6-bit min), 4-bit q; x = d*sc*q - dmin*m (since 1.1) */
+#define QSP_DTYPE_Q5_K 13   /* 256 (176 B): fp16 d, dmin, 8 x (6-bit scale, 6-bit min), 5-bit q; x = d*sc*q - dmin*m (since 1.1) */
+#define QSP_DTYPE_Q6_K 14   /* 256 (210 B): 6-bit q (4 low + 2 high bits), 16 int8 scales, fp16 d; x = d*sc*(q-32) (since 1.1) */
 #define QSP_DTYPE_BF16 30
 
 /* Bytes taken by a n_rows x n_cols tensor of `dtype`; 0 if the dtype is unknown
