@@ -115,7 +115,8 @@ Elem element(int32_t t, const uint8_t* b, int e) {
     }
     case QSP_DTYPE_Q3_K: {  // hmask[32], qs[64], scales[12], d
       const int s = e / 16;
-      const int sc = bits(b + 96, s < 8 ? 8 * s : 8 * (s - 8) + 4, 4) | bits(b + 96, 8 * (8 + s % 4) + 2 * (s / 4), 2) << 4;
+      const int sc =
+          bits(b + 96, s < 8 ? 8 * s : 8 * (s - 8) + 4, 4) | bits(b + 96, 8 * (8 + s % 4) + 2 * (s / 4), 2) << 4;
       const int low = bits(b + 32, 8 * (32 * (e / 128) + e % 32) + 2 * (e % 128 / 32), 2);
       const int high = bits(b, 8 * (e % 32) + e / 32, 1);
       return {low + 4 * high - 4, -4, 3, half(b + 108) * float(sc - 32), 0.0f, 0};
@@ -290,7 +291,8 @@ TEST_CASE("formats 1.1: any bytes dequantize without a fault; finite scales give
       for (size_t i = n; i < y.size(); ++i) REQUIRE(y[i] == -7.0f);
       for (int k = 0; k < nb; ++k) {
         bool finite = true;
-        for (int off : half_fields(t)) finite = finite && std::isfinite(half(bytes.data() + size_t(k) * f.block_bytes + off));
+        for (int off : half_fields(t))
+          finite = finite && std::isfinite(half(bytes.data() + size_t(k) * f.block_bytes + off));
         if (!finite) continue;
         for (uint32_t e = 0; e < f.block_elems; ++e) REQUIRE(std::isfinite(y[size_t(k) * f.block_elems + e]));
       }
@@ -504,8 +506,14 @@ TEST_CASE("formats 1.1: round trips land on the nearest allowed level, RMS error
 TEST_CASE("formats 1.1: golden hashes of the reference quantizers", "[formats]") {
   struct Golden { int32_t t; uint64_t hash; };
   const Golden goldens[] = {
-      {QSP_DTYPE_Q4_1, 0x7a96d9402b7f8757ull}, {QSP_DTYPE_Q5_0, 0x36a8f9d411c411c7ull}, {QSP_DTYPE_Q5_1, 0x53a26e54375a7456ull}, {QSP_DTYPE_Q2_K, 0x5c129a7c70d5ee92ull},
-      {QSP_DTYPE_Q3_K, 0x5142257d77c2e09cull}, {QSP_DTYPE_Q4_K, 0x922ac0bf58790922ull}, {QSP_DTYPE_Q5_K, 0xc31070f6cbf473b5ull}, {QSP_DTYPE_Q6_K, 0xacde6099fbadff5bull},
+      {QSP_DTYPE_Q4_1, 0x7a96d9402b7f8757ull},
+      {QSP_DTYPE_Q5_0, 0x36a8f9d411c411c7ull},
+      {QSP_DTYPE_Q5_1, 0x53a26e54375a7456ull},
+      {QSP_DTYPE_Q2_K, 0x5c129a7c70d5ee92ull},
+      {QSP_DTYPE_Q3_K, 0x5142257d77c2e09cull},
+      {QSP_DTYPE_Q4_K, 0x922ac0bf58790922ull},
+      {QSP_DTYPE_Q5_K, 0xc31070f6cbf473b5ull},
+      {QSP_DTYPE_Q6_K, 0xacde6099fbadff5bull},
   };
   const std::vector<float> x = golden_input(20261204, 32);
   for (const Golden& g : goldens) {

@@ -132,17 +132,17 @@ QSP_API void qsp_set_log_callback(qsp_log_callback callback, void* user_data, in
 #define QSP_DTYPE_F32   0
 #define QSP_DTYPE_F16   1
 #define QSP_DTYPE_Q4_0  2   /* blocks of 32: fp16 scale d, 16 bytes of nibbles; x = d * (q - 8) */
-#define QSP_DTYPE_Q4_1  3   /* blocks of 32 (20 B): fp16 d, fp16 m, 16 bytes of nibbles; x = d * q + m (since 1.1) */
-#define QSP_DTYPE_Q5_0  6   /* blocks of 32 (22 B): fp16 d, 32 high bits, 16 bytes of nibbles; x = d * (q - 16) (since 1.1) */
-#define QSP_DTYPE_Q5_1  7   /* blocks of 32 (24 B): fp16 d, fp16 m, 32 high bits, 16 bytes of nibbles; x = d * q + m (since 1.1) */
+#define QSP_DTYPE_Q4_1  3   /* 32 (20 bytes): fp16 d, fp16 m, 4-bit q;          x = d * q + m   (1.1) */
+#define QSP_DTYPE_Q5_0  6   /* 32 (22 bytes): fp16 d, 5-bit q (high bits in qh); x = d * (q - 16) (1.1) */
+#define QSP_DTYPE_Q5_1  7   /* 32 (24 bytes): fp16 d, fp16 m, 5-bit q;          x = d * q + m   (1.1) */
 #define QSP_DTYPE_Q8_0  8   /* blocks of 32: fp16 scale d, 32 int8;              x = d * q       */
-/* K-quants: super-blocks of 256 in sub-blocks of 16 or 32, each with its own
- * small integer scale (and min) under the fp16 super-block d (and dmin). */
-#define QSP_DTYPE_Q2_K 10   /* 256 (84 B): 16 x (4-bit scale, 4-bit min), 2-bit q, fp16 d, dmin; x = d*sc*q - dmin*m (since 1.1) */
-#define QSP_DTYPE_Q3_K 11   /* 256 (110 B): 3-bit q (2 low bits + high-bit mask), 16 6-bit scales, fp16 d; x = d*(sc-32)*(q-4) (since 1.1) */
-#define QSP_DTYPE_Q4_K 12   /* 256 (144 B): fp16 d, dmin, 8 x (6-bit scale, 6-bit min), 4-bit q; x = d*sc*q - dmin*m (since 1.1) */
-#define QSP_DTYPE_Q5_K 13   /* 256 (176 B): fp16 d, dmin, 8 x (6-bit scale, 6-bit min), 5-bit q; x = d*sc*q - dmin*m (since 1.1) */
-#define QSP_DTYPE_Q6_K 14   /* 256 (210 B): 6-bit q (4 low + 2 high bits), 16 int8 scales, fp16 d; x = d*sc*(q-32) (since 1.1) */
+/* K-quants (since 1.1): super-blocks of 256 in sub-blocks of 16 or 32, each
+ * with its own scale sc (and min m) under the super-block's fp16 d (and dmin). */
+#define QSP_DTYPE_Q2_K 10   /* 84 bytes:  16 x 4-bit sc and m, 2-bit q;  x = d*sc*q - dmin*m   */
+#define QSP_DTYPE_Q3_K 11   /* 110 bytes: 16 x 6-bit sc, 3-bit q;        x = d*(sc-32)*(q-4)   */
+#define QSP_DTYPE_Q4_K 12   /* 144 bytes: 8 x 6-bit sc and m, 4-bit q;   x = d*sc*q - dmin*m   */
+#define QSP_DTYPE_Q5_K 13   /* 176 bytes: 8 x 6-bit sc and m, 5-bit q;   x = d*sc*q - dmin*m   */
+#define QSP_DTYPE_Q6_K 14   /* 210 bytes: 16 x int8 sc, 6-bit q;         x = d*sc*(q-32)       */
 #define QSP_DTYPE_BF16 30
 
 /* Bytes taken by a n_rows x n_cols tensor of `dtype`; 0 if the dtype is unknown
