@@ -76,7 +76,7 @@ static void test_globals(void) {
   EXPECT(qsp_dtype_size(QSP_DTYPE_Q8_0, 2, 64) == 136);
   EXPECT(qsp_dtype_size(QSP_DTYPE_Q4_0, 2, 48) == 0);
   EXPECT(qsp_dtype_size(QSP_DTYPE_Q8_0, 1, 33) == 0);
-  EXPECT(qsp_dtype_size(3, 2, 64) == 0);
+  EXPECT(qsp_dtype_size(4, 2, 64) == 0);
   EXPECT(strcmp(qsp_dtype_name(QSP_DTYPE_F32), "f32") == 0);
   EXPECT(strcmp(qsp_dtype_name(QSP_DTYPE_F16), "f16") == 0);
   EXPECT(strcmp(qsp_dtype_name(QSP_DTYPE_BF16), "bf16") == 0);

@@ -503,8 +503,8 @@ TEST_CASE("qsp_dtype_size and qsp_dtype_name for every dtype", "[quant][api]") {
     REQUIRE(qsp_dtype_size(QSP_DTYPE_Q8_0, 4, cols) == 0);
     REQUIRE(qsp_dtype_size(QSP_DTYPE_F16, 4, cols) == 8 * cols);
   }
-  // Unknown dtypes (incl. other GGML types: 3 = Q4_1, 6 = Q5_0, 12 = Q4_K).
-  for (int32_t t : {-1, 3, 4, 5, 6, 7, 9, 12, 29, 31, 1000}) {
+  // Unknown dtypes (incl. GGML types qsp does not know: 4, 5 (retired Q4_2/Q4_3), 9 = Q8_1, 15 = Q8_K, 16 = IQ2_XXS).
+  for (int32_t t : {-1, 4, 5, 9, 15, 16, 29, 31, 1000}) {
     INFO("dtype " << t);
     REQUIRE(qsp_dtype_size(t, 4, 64) == 0);
     REQUIRE(std::string(qsp_dtype_name(t)) == "unknown");

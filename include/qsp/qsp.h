@@ -1,6 +1,7 @@
 /*
  * qsp.h — the public C API of qsp, a prompt-prefill engine for quantized
- * decoder-only transformers (Qwen3 and Llama families, GGUF Q4_0 / Q8_0).
+ * decoder-only transformers (Qwen3 and Llama families, GGUF Q4_0 / Q8_0 and,
+ * since 1.1, the other legacy and K-quant block formats).
  *
  * This header is handwritten, C99-clean and the whole ABI of libqsp.so.1.
  *
@@ -34,7 +35,7 @@
  *  Layout     Matrices are row-major with the column (input-feature) index
  *             contiguous, as GGUF stores them: a weight of n_rows x n_cols maps
  *             an input of n_cols features to n_rows outputs. Quantized blocks
- *             of 32 run along the columns.
+ *             (32 elements; 256 for the K-quants) run along the columns.
  */
 #ifndef QSP_QSP_H
 #define QSP_QSP_H
@@ -63,11 +64,11 @@ extern "C" {
 
 /* ---- Version ------------------------------------------------------------- */
 #define QSP_VERSION_MAJOR 1
-#define QSP_VERSION_MINOR 0
+#define QSP_VERSION_MINOR 1
 #define QSP_VERSION_PATCH 0
 #define QSP_VERSION_NUMBER \
   (QSP_VERSION_MAJOR * 10000 + QSP_VERSION_MINOR * 100 + QSP_VERSION_PATCH)
-#define QSP_VERSION_STRING "1.0.0"
+#define QSP_VERSION_STRING "1.1.0"
 /* The ABI major version: the SONAME is libqsp.so.QSP_ABI_VERSION. Bindings
  * compare it with qsp_abi_version() at load time. */
 #define QSP_ABI_VERSION 1
@@ -131,7 +132,17 @@ QSP_API void qsp_set_log_callback(qsp_log_callback callback, void* user_data, in
 #define QSP_DTYPE_F32   0
 #define QSP_DTYPE_F16   1
 #define QSP_DTYPE_Q4_0  2   /* blocks of 32: fp16 scale d, 16 bytes of nibbles; x = d * (q - 8) */
+#define QSP_DTYPE_Q4_1  3   /* 32 (20 bytes): fp16 d, fp16 m, 4-bit q;          x = d * q + m   (1.1) */
+#define QSP_DTYPE_Q5_0  6   /* 32 (22 bytes): fp16 d, 5-bit q (high bits in qh); x = d * (q - 16) (1.1) */
+#define QSP_DTYPE_Q5_1  7   /* 32 (24 bytes): fp16 d, fp16 m, 5-bit q;          x = d * q + m   (1.1) */
 #define QSP_DTYPE_Q8_0  8   /* blocks of 32: fp16 scale d, 32 int8;              x = d * q       */
+/* K-quants (since 1.1): super-blocks of 256 in sub-blocks of 16 or 32, each
+ * with its own scale sc (and min m) under the super-block's fp16 d (and dmin). */
+#define QSP_DTYPE_Q2_K 10   /* 84 bytes:  16 x 4-bit sc and m, 2-bit q;  x = d*sc*q - dmin*m   */
+#define QSP_DTYPE_Q3_K 11   /* 110 bytes: 16 x 6-bit sc, 3-bit q;        x = d*(sc-32)*(q-4)   */
+#define QSP_DTYPE_Q4_K 12   /* 144 bytes: 8 x 6-bit sc and m, 4-bit q;   x = d*sc*q - dmin*m   */
+#define QSP_DTYPE_Q5_K 13   /* 176 bytes: 8 x 6-bit sc and m, 5-bit q;   x = d*sc*q - dmin*m   */
+#define QSP_DTYPE_Q6_K 14   /* 210 bytes: 16 x int8 sc, 6-bit q;         x = d*sc*(q-32)       */
 #define QSP_DTYPE_BF16 30
 
 /* Bytes taken by a n_rows x n_cols tensor of `dtype`; 0 if the dtype is unknown
