@@ -178,6 +178,14 @@ const (
 	Q4_0 DType = C.QSP_DTYPE_Q4_0
 	Q8_0 DType = C.QSP_DTYPE_Q8_0
 	BF16 DType = C.QSP_DTYPE_BF16
+	Q4_1 DType = C.QSP_DTYPE_Q4_1
+	Q5_0 DType = C.QSP_DTYPE_Q5_0
+	Q5_1 DType = C.QSP_DTYPE_Q5_1
+	Q2_K DType = C.QSP_DTYPE_Q2_K
+	Q3_K DType = C.QSP_DTYPE_Q3_K
+	Q4_K DType = C.QSP_DTYPE_Q4_K
+	Q5_K DType = C.QSP_DTYPE_Q5_K
+	Q6_K DType = C.QSP_DTYPE_Q6_K
 )
 
 // Size is the byte size of an nRows x nCols tensor (0 if impossible).

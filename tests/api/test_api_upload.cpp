@@ -67,14 +67,14 @@ TEST_CASE("api: upload validation errors; the context keeps working after each",
     w = m.layer_weights(0);
     w.w_up.dtype = QSP_DTYPE_Q8_0;  // Q4_0 bytes declared as Q8_0: the byte size is wrong for it
     EXPECT_FAIL_THEN_WORKS(fx, ctx, QSP_ERR_DTYPE, "layer 0 w_up", qsp_upload_layer(ctx, 0, &w));
-    for (int32_t bad : {3, 6, 31, -1}) {
+    for (int32_t bad : {4, 5, 31, -1}) {
       INFO("dtype " << bad);
       w = m.layer_weights(1);
       w.wv.dtype = bad;
       EXPECT_FAIL_THEN_WORKS(fx, ctx, QSP_ERR_DTYPE, "layer 1 wv", qsp_upload_layer(ctx, 1, &w));
     }
     qsp_tensor e = m.embd.view();
-    e.dtype = 12;
+    e.dtype = 16;
     EXPECT_FAIL_THEN_WORKS(fx, ctx, QSP_ERR_DTYPE, "token_embd", qsp_upload_embedding(ctx, &e));
     // Norm vectors must be f32 / f16 / bf16: a correctly sized Q8_0 / Q4_0 vector is refused.
     std::mt19937_64 rng(4);

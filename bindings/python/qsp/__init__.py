@@ -81,6 +81,14 @@ class DType(enum.IntEnum):
     Q4_0 = 2
     Q8_0 = 8
     BF16 = 30
+    Q4_1 = 3
+    Q5_0 = 6
+    Q5_1 = 7
+    Q2_K = 10
+    Q3_K = 11
+    Q4_K = 12
+    Q5_K = 13
+    Q6_K = 14
 
 
 class Backend(enum.IntEnum):

@@ -295,6 +295,22 @@ dtypes! {
     Q8_0 = QSP_DTYPE_Q8_0,
     /// bfloat16.
     BF16 = QSP_DTYPE_BF16,
+    /// GGML q4_1 blocks (since 1.1; layout in qsp.h).
+    Q4_1 = QSP_DTYPE_Q4_1,
+    /// GGML q5_0 blocks (since 1.1; layout in qsp.h).
+    Q5_0 = QSP_DTYPE_Q5_0,
+    /// GGML q5_1 blocks (since 1.1; layout in qsp.h).
+    Q5_1 = QSP_DTYPE_Q5_1,
+    /// GGML q2_K blocks (since 1.1; layout in qsp.h).
+    Q2_K = QSP_DTYPE_Q2_K,
+    /// GGML q3_K blocks (since 1.1; layout in qsp.h).
+    Q3_K = QSP_DTYPE_Q3_K,
+    /// GGML q4_K blocks (since 1.1; layout in qsp.h).
+    Q4_K = QSP_DTYPE_Q4_K,
+    /// GGML q5_K blocks (since 1.1; layout in qsp.h).
+    Q5_K = QSP_DTYPE_Q5_K,
+    /// GGML q6_K blocks (since 1.1; layout in qsp.h).
+    Q6_K = QSP_DTYPE_Q6_K,
 }
 
 impl DType {
