@@ -26,8 +26,8 @@
  *             plus, from qsp_gguf_upload / qsp_context_create_from_gguf, any
  *             status that qsp_context_create or qsp_upload_* returns.
  *             Messages name the problem and, where there is one, the tensor or
- *             key, e.g. "tensor blk.0.ffn_down.weight has type q6_K (14), qsp
- *             supports f32, f16, bf16, q4_0, q8_0".
+ *             key, e.g. "tensor blk.0.ffn_down.weight has type iq4_nl (20),
+ *             qsp supports f32, f16, q4_0, ..." (the format registry's list).
  *             A malformed file never crashes the reader and is never read
  *             outside its bounds: every count, length, offset and size is
  *             checked (overflow-safe) before use.
@@ -76,7 +76,8 @@ QSP_API const char* qsp_gguf_last_error(void);
  * On success *out owns the file; free it with qsp_gguf_close. On failure *out
  * is set to NULL (when out is not NULL).
  * Errors: INVALID_ARGUMENT, IO, BAD_FORMAT, UNSUPPORTED (a big-endian file, a
- * tensor type id this reader does not know), OUT_OF_MEMORY. Thread-safe. */
+ * tensor type id newer than the reader knows (43 and up) or one GGML removed),
+ * OUT_OF_MEMORY. Thread-safe. */
 QSP_API qsp_status qsp_gguf_open(const char* path, qsp_gguf** out);
 
 /* As qsp_gguf_open, from `size` bytes at `data` (a whole GGUF file in memory).
