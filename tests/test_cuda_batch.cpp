@@ -3,9 +3,9 @@
 // the GPU), in real layer shapes, Qwen3 and Llama style, Q4_0 and Q8_0.
 #include <catch2/catch.hpp>
 
-#include "batch_check.h"
-#include "gpu_util.h"
-#include "model_util.h"
+#include "support/batch.h"
+#include "support/cuda.h"
+#include "support/model.h"
 
 using namespace qsp_test;
 
