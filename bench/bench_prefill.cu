@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "../tests/support/check.h"
-#include "../tests/support/rng.h"
+#include "support/check.h"
+#include "support/rng.h"
 #include "common/quant.h"
 #include "kernels/kernels.h"
 #include "qsp/qsp.h"
