@@ -122,3 +122,23 @@ __device__ __forceinline__ void dq_q8(uint32_t qg, uint32_t qg8, uint32_t sc, ui
 }  // namespace qw
 }  // namespace kern
 }  // namespace qsp
+
+// ---- Column granularity of a format (K-quants) -----------------------------------------
+// WTraits<F>::kColsMultiple where a format declares it (the K-quants: 256,
+// one GGML super-block spans four chunks), else 32 (one quant block).
+namespace qsp {
+namespace kern {
+namespace qw {
+
+template <class T, class = void>
+struct ColsMultiple {
+  static constexpr int value = 32;
+};
+template <class T>
+struct ColsMultiple<T, decltype(void(T::kColsMultiple))> {
+  static constexpr int value = T::kColsMultiple;
+};
+
+}  // namespace qw
+}  // namespace kern
+}  // namespace qsp
