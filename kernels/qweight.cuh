@@ -24,6 +24,8 @@ namespace kern {
 //   bytes(rows, cols) bytes of the device layout of a rows x cols matrix
 //   scales_offset(rows, cols)  byte offset of the scale array (0: none)
 //   repack(dtype, src, rows, cols, dst)  GGUF bytes -> the device layout
+//   kColsMultiple     optional: K must be a multiple of it (the K-quants:
+//                     256); 32 where absent (qw::ColsMultiple, gemm_supported)
 //  Layout
 //   kRowMajor         plain row-major fp16 (true) or the tiled units of
 //                     qweight_layout.h (false): kUnit bytes of packed
