@@ -92,7 +92,9 @@ struct WTraits<WFormat::kQ4_K> {
   // ---- mma.sync GEMM and GEMV -------------------------------------------------------------
   static constexpr int kTileStageBytes = kUnit + kScaleUnit;
   static constexpr int kStages = 4;
-  static constexpr int kGemvRawRegs = 8;
+  // 8 raw words, counted as 11 for the fp32 decode's temporaries: at 8 ptxas
+  // spilled 24 bytes in the M <= 8 SwiGLU GEMV (80-register cap); at 11 none (U = 2, SwiGLU 1).
+  static constexpr int kGemvRawRegs = 11;
   struct Raw {
     uint32_t q[4];     // lane word per k step (Q4_0's nibble order)
     uint32_t side[4];  // sm of sub-blocks h = 0, 1; d / dmin of rows g, g+8
@@ -109,8 +111,10 @@ struct WTraits<WFormat::kQ4_K> {
     qw::kq_affine_values(r.side, s >> 1, [w](int p, int e) { return (w >> qw::q4_shift(p, e)) & 15u; }, v);
   }
   // Stage smem: [tiles][kUnit] quants, then [tiles][kScaleUnit] side units.
+  // All at hs 0 (one LDS.128 each; loading per half-stage, as Q5_K does,
+  // changed nothing in ptxas's spills here: 4 bytes in the large config).
   __device__ static void lds_raw(Raw& r, uint32_t sb, int tiles, int v, int lane, int hs) {
-    if (hs != 0) return;  // one LDS.128 holds all four k steps
+    if (hs != 0) return;
     lds128(r.q[0], r.q[1], r.q[2], r.q[3], sb + v * kUnit + lane * 16);
     lds128(r.side[0], r.side[1], r.side[2], r.side[3], sb + tiles * kUnit + v * kScaleUnit + (lane >> 2) * 16);
   }

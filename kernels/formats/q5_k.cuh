@@ -99,7 +99,9 @@ struct WTraits<WFormat::kQ5_K> {
   // ---- mma.sync GEMM and GEMV -------------------------------------------------------------
   static constexpr int kTileStageBytes = kUnit + kScaleUnit;
   static constexpr int kStages = 4;
-  static constexpr int kGemvRawRegs = 9;
+  // 9 raw words, counted as 11 for the fp32 decode's temporaries: at 9 ptxas
+  // spilled 8 bytes in the M <= 8 GEMV and 72 in its SwiGLU form (80-register cap); at 11 none (U = 2, SwiGLU 1).
+  static constexpr int kGemvRawRegs = 11;
   struct Raw {
     uint32_t q[4];     // lane word per k step (Q4_0's nibble order)
     uint32_t qh;       // the lane's high bits, bit 8*s + 4*p + e
@@ -120,11 +122,18 @@ struct WTraits<WFormat::kQ5_K> {
         [w, hb](int p, int e) { return ((w >> qw::q4_shift(p, e)) & 15u) | (((hb >> (4 * p + e)) & 1u) << 4); }, v);
   }
   // Stage smem: [tiles][kUnit] quants, then [tiles][kScaleUnit] side units.
+  // Per half-stage hs (k steps 2hs, 2hs+1 = sub-block h = hs): their two
+  // quant words and side words only, fewer registers per tile live through
+  // the stage than loading the whole unit at hs 0, which made ptxas spill
+  // 8-24 bytes in every mma config (now 8 in one); the same words raw_at reads.
   __device__ static void lds_raw(Raw& r, uint32_t sb, int tiles, int v, int lane, int hs) {
-    if (hs != 0) return;  // one LDS.128 holds all four k steps
-    lds128(r.q[0], r.q[1], r.q[2], r.q[3], sb + v * kUnit + lane * 16);
-    lds32(r.qh, sb + v * kUnit + qw::kQ5KHighBytes + lane * 4);
-    lds128(r.side[0], r.side[1], r.side[2], r.side[3], sb + tiles * kUnit + v * kScaleUnit + (lane >> 2) * 16);
+    lds64(r.q[2 * hs], r.q[2 * hs + 1], sb + v * kUnit + lane * 16 + 8 * hs);
+    if (hs == 0) {
+      lds32(r.qh, sb + v * kUnit + qw::kQ5KHighBytes + lane * 4);
+    }
+    const uint32_t side = sb + tiles * kUnit + v * kScaleUnit + (lane >> 2) * 16;
+    lds32(r.side[hs], side + 4 * hs);
+    lds64(r.side[2], r.side[3], side + 8);
   }
   __device__ static void ldg_raw(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
     ldg128_stream(r.q[0], r.q[1], r.q[2], r.q[3], w + unit * kUnit + lane * 16);

@@ -127,13 +127,17 @@ struct WTraits<WFormat::kQ6_K> {
     }
   }
   // Stage smem: [tiles][kUnit] quants, then [tiles][kScaleUnit] side units.
+  // Quants, scales and d of all four k steps at hs 0; the high-bit word of
+  // steps 2hs, 2hs+1 per half-stage (one register less per tile live through
+  // the stage, which keeps the mma kernel's spills small).
   __device__ static void lds_raw(Raw& r, uint32_t sb, int tiles, int v, int lane, int hs) {
-    if (hs != 0) return;  // the whole unit's words at once: 9 registers
-    lds128(r.q[0], r.q[1], r.q[2], r.q[3], sb + v * kUnit + lane * 16);
-    lds64(r.qh[0], r.qh[1], sb + v * kUnit + qw::kQ6KHighBytes + lane * 8);
     const uint32_t side = sb + tiles * kUnit + v * kScaleUnit;
-    lds64(r.sc[0], r.sc[1], side + (lane >> 2) * 8);
-    lds32(r.d, side + 64 + (lane >> 2) * 4);
+    if (hs == 0) {
+      lds128(r.q[0], r.q[1], r.q[2], r.q[3], sb + v * kUnit + lane * 16);
+      lds64(r.sc[0], r.sc[1], side + (lane >> 2) * 8);
+      lds32(r.d, side + 64 + (lane >> 2) * 4);
+    }
+    lds32(r.qh[hs], sb + v * kUnit + qw::kQ6KHighBytes + lane * 8 + 4 * hs);
   }
   __device__ static void ldg_raw(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
     ldg128_stream(r.q[0], r.q[1], r.q[2], r.q[3], w + unit * kUnit + lane * 16);
