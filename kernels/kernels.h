@@ -62,6 +62,9 @@ void repack_weight(int32_t gguf_dtype, const void* src, int64_t rows, int64_t co
 
 // Whether gemm() supports this weight shape; on false, *why says why.
 bool gemm_supported(WFormat fmt, int64_t rows, int64_t cols, const char** why);
+// The multiple of columns (K) format f needs: 32 (one quant block), 256 for
+// the K-quants (one super-block).
+int cols_multiple(WFormat f);
 
 // Whether more rows may follow w's in one gemm() row group (GemmArgs::wcat):
 // w is in a tiled format and its rows are whole 16-row tiles.

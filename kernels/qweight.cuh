@@ -24,6 +24,8 @@ namespace kern {
 //   bytes(rows, cols) bytes of the device layout of a rows x cols matrix
 //   scales_offset(rows, cols)  byte offset of the scale array (0: none)
 //   repack(dtype, src, rows, cols, dst)  GGUF bytes -> the device layout
+//   kColsMultiple     optional: K must be a multiple of it (the K-quants:
+//                     256); 32 where absent (qw::ColsMultiple, gemm_supported)
 //  Layout
 //   kRowMajor         plain row-major fp16 (true) or the tiled units of
 //                     qweight_layout.h (false): kUnit bytes of packed
@@ -118,6 +120,26 @@ __device__ __forceinline__ void dq_q8(uint32_t qg, uint32_t qg8, uint32_t sc, ui
   f[2] = hmul2(hsub2(prmt(qg8, kExp, 0x4140u), kSub), s_hi);
   f[3] = hmul2(hsub2(prmt(qg8, kExp, 0x4342u), kSub), s_hi);
 }
+
+}  // namespace qw
+}  // namespace kern
+}  // namespace qsp
+
+// ---- Column granularity of a format (K-quants) -----------------------------------------
+// WTraits<F>::kColsMultiple where a format declares it (the K-quants: 256,
+// one GGML super-block spans four chunks), else 32 (one quant block).
+namespace qsp {
+namespace kern {
+namespace qw {
+
+template <class T, class = void>
+struct ColsMultiple {
+  static constexpr int value = 32;
+};
+template <class T>
+struct ColsMultiple<T, decltype(void(T::kColsMultiple))> {
+  static constexpr int value = T::kColsMultiple;
+};
 
 }  // namespace qw
 }  // namespace kern

@@ -26,6 +26,9 @@ TEST_CASE("op lm_head: GEMV over the vocabulary (151936 x 1024)", "[gpu][gemm][l
       {QSP_DTYPE_Q4_0, 151936, 1024, {1, 3}},
       {QSP_DTYPE_Q8_0, 151936, 1024, {1, 3}},
       {QSP_DTYPE_F16, 151936, 1024, {1, 3}},
+      {QSP_DTYPE_Q6_K, 151936, 1024, {1, 3}},  // Q4_K_M / Q5_K_M files: the LM head is Q6_K
+      {QSP_DTYPE_Q4_K, 151936, 1024, {1, 3}},
+      {QSP_DTYPE_Q5_K, 32000, 1024, {1, 3}},   // (a smaller vocabulary: quantizing is the cost)
   };
   uint64_t seed = 200;
   for (const LmHeadCase& c : cases) {
@@ -44,6 +47,7 @@ TEST_CASE("op lm_head: final norm, logits and greedy token of the last token", "
   const LmHeadCase cases[] = {
       {QSP_DTYPE_Q8_0, 151936, 1024, {1}},  // Qwen3-0.6B (tied Q8_0 embedding)
       {QSP_DTYPE_Q4_0, 151936, 4096, {1}},  // Qwen3-8B
+      {QSP_DTYPE_Q6_K, 151936, 1024, {1}},  // Q4_K_M / Q5_K_M / Q6_K files: the LM head is Q6_K
   };
   uint64_t seed = 250;
   for (const LmHeadCase& c : cases) {
