@@ -443,10 +443,11 @@ int cmd_generate(const std::vector<std::string>& argv) {
         "  -s, --seed S       seed of --random (default 1)\n"
         "  --prompt-file F    prompts, one per line: ids separated by commas or blanks\n"
         "                     (blank lines and lines starting with '#' are skipped)\n"
-        "  -P, --parallel N   run N sequences at once (default: the number of prompts); one\n"
-        "                     prompt with --parallel N runs N times\n"
-        "  -n, --n N          tokens to generate (default 16); a list gives each sequence its own\n"
-        "  --eos LIST         token ids that end a sequence (the id is printed, then it stops)\n"
+        "  -P, --parallel N   run N sequences at once (default: the number of prompts);\n"
+        "                     one prompt with --parallel N runs N times\n"
+        "  -n, --n N          tokens to generate (default 16); a comma-separated list\n"
+        "                     gives each sequence its own\n"
+        "  --eos LIST         token ids that end a sequence (printed, then it stops)\n"
         "%s",
         kExecHelp);
     return 0;
