@@ -64,6 +64,18 @@ exit_codes)
   expect 2 "$qsp" prefill a.gguf b.gguf --random 4
   expect 2 "$qsp" generate --random 4 -n x
   expect 2 "$qsp" bench -p 16,abc
+  expect 2 "$qsp" bench --batch 0 -p 8 && err_has "--batch"
+  expect 2 "$qsp" bench --batch 4x && err_has "--batch"
+  expect 2 "$qsp" bench --batch 4x8+x1 && err_has "--batch"
+  expect 2 "$qsp" bench --batch 4@8 && err_has "--batch expects N or groups"
+  expect 2 "$qsp" bench --batch 4x8 -p 16 && err_has "mixed form"
+  expect 2 "$qsp" generate --tokens 1,2 --tokens 3 --parallel 3 && err_has "needs 1 or 3 prompts"
+  expect 2 "$qsp" generate --tokens 1,2 --tokens 3 -n 1,2,3 && err_has "-n gives 3 lengths for 2 sequences"
+  expect 2 "$qsp" generate --tokens 1 --tokens 99999 && err_has "prompt 1: token 99999 is outside the vocabulary"
+  expect 2 "$qsp" generate --tokens 1 --prompt-file "$work/p.txt" && err_has "exclude"
+  expect 2 "$qsp" generate --random 4 --parallel 0 && err_has "--parallel"
+  printf '1,2\n3,x\n' >"$work/bad.txt"
+  expect 2 "$qsp" generate --prompt-file "$work/bad.txt" && err_has "bad.txt:2"
   expect 2 "$qsp" synth "$work/x.gguf" && err_has "--preset"
   expect 2 "$qsp" synth --preset nope "$work/x.gguf" && err_has "unknown preset"
   expect 2 "$qsp" synth --preset tiny --type q9_9 "$work/x.gguf" && err_has "--type"
@@ -84,6 +96,8 @@ exit_codes)
   expect 1 "$qsp" synth --preset micro "$work/m.gguf" && err_has "exists"
   expect 0 "$qsp" synth --preset micro --force "$work/m.gguf"
   expect 1 "$qsp" prefill "$work/m.gguf" --random 300 && err_has "context length"
+  expect 1 "$qsp" bench "$work/m.gguf" --batch 2x200+1x1@300 && err_has "context length"
+  expect 1 "$qsp" generate --prompt-file "$work/missing.txt" && err_has "cannot open"
   expect 1 "$qsp" prefill "$work/m.gguf" --random 4 --logits-out "$work/no/such/dir/l.bin" && err_has "cannot create"
   if ! "$qsp" prefill --random 4 --backend cpu >/dev/null 2>&1; then fail "cpu backend"; fi
   ;;
@@ -117,6 +131,50 @@ commands)
   expect 0 "$qsp" bench "$work/tiny.gguf" -p 16,32 -r 2 --backend cpu && out_has "median ms" \
     && grep -Eq '^ +32 +2 ' "$work/out" || fail "bench table"
   expect 0 "$qsp" bench -p 8 -r 1 --warmup 0
+  # Batched bench: N contexts of one model (one upload), qsp_prefill_batch against one at a time.
+  expect 0 "$qsp" bench "$work/tiny.gguf" --batch 3 -p 8,16 -r 2 --backend cpu && out_has "speedup" \
+    && out_has "tokens/s" && out_has "contexts: 3 of 16 tokens" && out_has "25 tensors uploaded, 50 registrations"
+  grep -Eq '^3x16 +3 +48 +2 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x$' "$work/out" || fail "bench --batch row"
+  expect 0 "$qsp" bench --batch 2x12+5x1@12 -r 1 --warmup 0 --backend cpu && out_has "contexts: 7 of 13 tokens"
+  grep -Eq '^2x12\+5x1@12 +7 +29 +1 ' "$work/out" || fail "bench --batch mixed row"
+
+  # generate with several sequences: each equals `qsp generate` of its prompt alone (CPU: exact).
+  # gen_alone ARGS...: the ids `qsp generate ARGS` prints, in $alone.
+  gen_alone() { expect 0 "$qsp" generate "$work/tiny.gguf" --backend cpu "$@" && alone=$(sed -n 's/^generated: //p' "$work/out"); }
+  # same_as_alone I ARGS...: sequence I of the last parallel run ($work/par) equals gen_alone ARGS.
+  same_as_alone() {
+    local i=$1; shift
+    local got; got=$(sed -n "s/^generated\[$i\]: //p" "$work/par")
+    gen_alone "$@"
+    [ -n "$got" ] && [ "$got" = "$alone" ] || fail "generated[$i] '$got' != alone ($*) '$alone'"
+  }
+  expect 0 "$qsp" generate "$work/tiny.gguf" --backend cpu --parallel 3 --tokens 1,2,3 --tokens 4,5 \
+    --tokens 6,7,8,9,10 -n 6 && out_has "3 prompts, 10 tokens in one batch" && out_has "batched steps"
+  cp "$work/out" "$work/par"
+  [ "$(grep -c '^generated\[' "$work/par")" = 3 ] || fail "--parallel 3 printed $(grep -c '^generated\[' "$work/par") sequences"
+  same_as_alone 0 --tokens 1,2,3 -n 6
+  same_as_alone 1 --tokens 4,5 -n 6
+  same_as_alone 2 --tokens 6,7,8,9,10 -n 6
+  # One prompt N times; --random gives sequence i the seed S+i; -n per sequence (they leave early).
+  expect 0 "$qsp" generate "$work/tiny.gguf" --backend cpu --parallel 4 --tokens 9,8,7 -n 5 && cp "$work/out" "$work/par"
+  [ "$(grep -c '^generated\[' "$work/par")" = 4 ] || fail "--parallel 4 of one prompt"
+  for i in 0 1 2 3; do same_as_alone $i --tokens 9,8,7 -n 5; done
+  expect 0 "$qsp" generate "$work/tiny.gguf" --backend cpu -P 3 --random 20 --seed 5 -n 7,1,4 && cp "$work/out" "$work/par"
+  same_as_alone 0 --random 20 --seed 5 -n 7
+  same_as_alone 1 --random 20 --seed 6 -n 1
+  same_as_alone 2 --random 20 --seed 7 -n 4
+  # --prompt-file: one prompt per line, commas or blanks; --eos ends a sequence at that id.
+  printf '# prompts\n1,2,3\n\n4 5  6\n11, 12\n' >"$work/p.txt"
+  gen_alone --tokens 1,2,3 -n 8
+  eos=$(echo "$alone" | awk '{print $3}')
+  expect 0 "$qsp" generate "$work/tiny.gguf" --backend cpu --prompt-file "$work/p.txt" -n 8 --eos "$eos" \
+    && cp "$work/out" "$work/par"
+  [ "$(grep -c '^generated\[' "$work/par")" = 3 ] || fail "--prompt-file: expected 3 sequences"
+  same_as_alone 0 --tokens 1,2,3 -n 8 --eos "$eos"
+  same_as_alone 1 --tokens 4,5,6 -n 8 --eos "$eos"
+  same_as_alone 2 --tokens 11,12 -n 8 --eos "$eos"
+  [ "$(sed -n 's/^generated\[0\]: //p' "$work/par" | wc -w)" -le 3 ] || fail "--eos $eos did not stop sequence 0"
+  grep -q "stopped at an EOS id" "$work/par" || fail "--eos: no 'stopped at an EOS id'"
   expect 0 "$qsp" --backend cpu && out_has "tokens/s"
   # llama architecture end to end.
   expect 0 "$qsp" synth --preset tiny-llama --type q8_0 "$work/llama.gguf"

@@ -19,6 +19,11 @@ std::string ParsedArgs::get(const std::string& name, const std::string& def) con
   return it == values.end() ? def : it->second;
 }
 
+std::vector<std::string> ParsedArgs::get_all(const std::string& name) const {
+  auto it = all.find(name);
+  return it == all.end() ? std::vector<std::string>{} : it->second;
+}
+
 ParsedArgs parse_args(const std::string& command, const std::vector<std::string>& argv,
                       const std::vector<OptionSpec>& specs) {
   ParsedArgs out;
@@ -55,6 +60,7 @@ ParsedArgs parse_args(const std::string& command, const std::vector<std::string>
       throw UsageError(std::string(spec->name) + " takes no value" + see);
     }
     out.values[spec->name] = value;
+    out.all[spec->name].push_back(value);
   }
   return out;
 }

@@ -31,10 +31,13 @@ struct OptionSpec {
 };
 
 struct ParsedArgs {
-  std::map<std::string, std::string> values;  // by long name; flags map to ""
+  std::map<std::string, std::string> values;  // by long name; flags map to ""; the last one given
+  std::map<std::string, std::vector<std::string>> all;  // by long name: every value, in order
   std::vector<std::string> positional;
   bool has(const std::string& name) const { return values.count(name) != 0; }
   std::string get(const std::string& name, const std::string& def = "") const;
+  // Every value of an option that may be repeated (--tokens A --tokens B).
+  std::vector<std::string> get_all(const std::string& name) const;
 };
 
 // Parses argv (after the subcommand) against `specs`; `--name=value` and
