@@ -204,6 +204,17 @@ QSP_HD inline uint32_t bcast_hi(uint32_t w) {
 #endif
 }
 
+// a * b + c rounded twice, as the CPU reference's float code computes it
+// (the device would otherwise contract it into one fma): load8 matches the
+// CPU exactly.
+QSP_HD inline float mul_add_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(__fmul_rn(a, b), c);
+#else
+  return a * b + c;
+#endif
+}
+
 }  // namespace hd
 
 // Bytes per 16 x 64 unit of the high-bit words (Q5_0 / Q5_1): 32 lanes x 32 bits.

@@ -98,7 +98,9 @@ struct WTraits<WFormat::kQ4_1> {
   __host__ __device__ static void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
     const uint8_t* base = static_cast<const uint8_t*>(w.data);
     const qw::Coord c = qw::coord_of(row, col8, w.cols);  // t == 0, e == 0 or 2
-    const uint8_t* sp = base + scales_offset(w.rows, w.cols) + qw::scale_byte(c);
+    // scale_byte's position inside a unit's 64-byte d array; units here are kScaleUnit apart.
+    const size_t in_unit = qw::scale_byte(c) - size_t(c.unit) * qw::kScaleUnitBytes;
+    const uint8_t* sp = base + scales_offset(w.rows, w.cols) + size_t(c.unit) * kScaleUnit + in_unit;
     const float d = __half2float(*reinterpret_cast<const __half*>(sp));
     const float m = __half2float(*reinterpret_cast<const __half*>(sp + qw::kScaleUnitBytes));
     const uint8_t* ub = base + size_t(c.unit) * kUnit;
@@ -110,7 +112,7 @@ QSP_HD_UNROLL
       for (int i = 0; i < 2; ++i) {
         const int e = c.e + i;
         const int q = int((word >> qw::q4_shift(c.p, e)) & 15u);
-        out[2 * t + i] = float(q) * d + m;
+        out[2 * t + i] = qw::hd::mul_add_rn(float(q), d, m);
       }
     }
   }
