@@ -6,9 +6,11 @@
 
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "common/parallel.h"
 #include "kernels/kernels.h"
@@ -319,6 +321,130 @@ void repack_legacy(int64_t rows, int64_t cols, uint8_t* dst, int unit, int scale
       }
     }
   });
+}
+
+}  // namespace qw
+}  // namespace kern
+}  // namespace qsp
+
+// ==== K-quant super-block formats: Q2_K, Q3_K ====================================
+// (kernels/formats/q2_k.cuh, q3_k.cuh). Their 16-weight sub-blocks are exactly
+// the k steps of a unit: step s of chunk c is sub-block 4 (c % 4) + s of
+// super-block c / 4, so a lane needs one sub-block scale per row and step.
+// The scale products (d * sc, dmin * m) and the values are computed in fp32
+// as the CPU reference does, then rounded once to the fp16 fragment.
+namespace qsp {
+namespace kern {
+namespace qw {
+
+// The K multiple a format needs (gemm_supported): its traits' kKMultiple
+// where it declares one, else 32 (whole 32-blocks).
+template <class T, class = void>
+struct KMultiple {
+  static constexpr int value = 32;
+};
+template <class T>
+struct KMultiple<T, std::void_t<decltype(T::kKMultiple)>> {
+  static constexpr int value = T::kKMultiple;
+};
+
+namespace hd {
+
+// fp16 halves of a word as fp32.
+QSP_HD inline float f16lo(uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(uint16_t(w & 0xffffu)));
+#else
+  return h2f(w & 0xffffu);
+#endif
+}
+QSP_HD inline float f16hi(uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(uint16_t(w >> 16)));
+#else
+  return h2f(w >> 16);
+#endif
+}
+// float(x) - bias for a small unsigned x (< 2^22) without I2F: x under the
+// exponent of 2^23 is 2^23 + x exactly, minus 2^23 + bias (exact while
+// bias < 2^22).
+QSP_HD inline float small_u2f(uint32_t x, int bias) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(0x4b000000u | x) - float(8388608 + bias);
+#else
+  return float(int(x) - bias);
+#endif
+}
+// (lo, hi) rounded to nearest fp16, as one f16x2 word.
+QSP_HD inline uint32_t pack2(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+#else
+  return d2h(double(lo)) | d2h(double(hi)) << 16;
+#endif
+}
+// a * b - c rounded twice (no fma contraction), as the CPU reference.
+QSP_HD inline float mul_sub_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(__fmul_rn(a, b), c);
+#else
+  return a * b - c;
+#endif
+}
+
+}  // namespace hd
+
+// Low two bits of (lane, k step s, fragment half p, element e) in the lane's
+// two 32-bit words (Q2_K / Q3_K): word s >> 1, bit q2_bit.
+QSP_HD constexpr int q2_bit(int s, int p, int e) { return 16 * (s & 1) + 8 * p + 2 * e; }
+// Q3_K's high bit in the lane's hmask word.
+QSP_HD constexpr int q3h_bit(int s, int p, int e) { return 8 * s + 4 * p + e; }
+// Sub-block scale byte of (row group g, half p, k step s) in a unit's 64
+// scale bytes: a lane's 8 bytes are one LDS.64 / LDG.64 (word p, byte s).
+QSP_HD constexpr int ksc_byte(int g, int p, int s) { return 8 * g + 4 * p + s; }
+
+// Q2_K, k step s: x = (d * sc) * q - dmin * m (fp32 products; the last step
+// one fma, explicitly, so that host and device compute the same bits), one
+// rounding to fp16. q: the lane's two low-bit words; sc: its 8 scale bytes
+// (low nibble sc, high nibble m); dd: (d_g, d_g8), (dmin_g, dmin_g8).
+QSP_HD inline void dq_q2_k(const uint32_t (&q)[2], const uint32_t (&sc)[2], const uint32_t (&dd)[2], int s,
+                           uint32_t (&f)[4]) {
+  const uint32_t w = q[s >> 1];
+  QSP_HD_UNROLL
+  for (int p = 0; p < 2; ++p) {
+    const uint32_t b = (sc[p] >> (8 * s)) & 0xffu;
+    const float d = p ? hd::f16hi(dd[0]) : hd::f16lo(dd[0]);
+    const float dm = p ? hd::f16hi(dd[1]) : hd::f16lo(dd[1]);
+    const float dl = d * hd::small_u2f(b & 15u, 0), ml = dm * hd::small_u2f(b >> 4, 0);
+    float v[4];
+    QSP_HD_UNROLL
+    for (int e = 0; e < 4; ++e) v[e] = fmaf(dl, hd::small_u2f((w >> q2_bit(s, p, e)) & 3u, 0), -ml);
+    f[2 * p] = hd::pack2(v[0], v[1]);
+    f[2 * p + 1] = hd::pack2(v[2], v[3]);
+  }
+}
+
+// Q3_K, k step s: x = (d * (code - 32)) * (q - 4), q = low | high << 2: both
+// products in fp32 exactly as the CPU reference, one rounding to fp16.
+// sc: the lane's 8 six-bit scale codes (bytes); dw: (d_g, d_g8).
+QSP_HD inline void dq_q3_k(const uint32_t (&q)[2], uint32_t h, const uint32_t (&sc)[2], uint32_t dw, int s,
+                           uint32_t (&f)[4]) {
+  const uint32_t w = q[s >> 1];
+  QSP_HD_UNROLL
+  for (int p = 0; p < 2; ++p) {
+    const uint32_t code = (sc[p] >> (8 * s)) & 0xffu;
+    const float dl = (p ? hd::f16hi(dw) : hd::f16lo(dw)) * hd::small_u2f(code, 32);
+    float v[4];
+    QSP_HD_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t q3 = ((w >> q2_bit(s, p, e)) & 3u) | ((h >> q3h_bit(s, p, e)) & 1u) << 2;
+      v[e] = dl * hd::small_u2f(q3, 4);
+    }
+    f[2 * p] = hd::pack2(v[0], v[1]);
+    f[2 * p + 1] = hd::pack2(v[2], v[3]);
+  }
 }
 
 }  // namespace qw

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <random>
 #include <vector>
 
 #include "support/api.h"
@@ -99,9 +100,45 @@ struct Poison : ScopedEnv {
   Poison() : ScopedEnv("QSP_POISON", "1") {}
 };
 
+void compare_model(const TestModel& m, const std::vector<uint32_t>& lengths);
+
 void compare_lengths(const ModelSpec& spec, const std::vector<uint32_t>& lengths) {
+  compare_model(make_model(spec), lengths);
+}
+
+// The projections of layer l get dtype types[l % size][slot] (slots kWq, kWk,
+// kWv, kWo, kWGate / kWUp (one dtype: the SwiGLU pair shares a format),
+// kWDown), freshly drawn like make_model's; the embedding / LM head too.
+struct LayerTypes {
+  int32_t q, k, v, o, gate_up, down;
+};
+void retype(TestModel& m, const std::vector<LayerTypes>& types, int32_t embd, int32_t head) {
+  std::mt19937_64 rng(m.spec.seed * 7919 + 5);
+  auto redo = [&](HostTensor& t, int32_t dt) {
+    const float sd = 0.6f / std::sqrt(float(t.cols));
+    t = make_tensor(rng, t.handle, dt, t.rows, t.cols, 0.0f, sd);
+  };
+  for (uint32_t l = 0; l < m.spec.n_layers; ++l) {
+    const LayerTypes& ty = types[l % types.size()];
+    auto& L = m.layers[l];
+    redo(L[kWq], ty.q);
+    redo(L[kWk], ty.k);
+    redo(L[kWv], ty.v);
+    redo(L[kWo], ty.o);
+    redo(L[kWGate], ty.gate_up);
+    redo(L[kWUp], ty.gate_up);
+    redo(L[kWDown], ty.down);
+  }
+  m.embd = make_tensor(rng, m.embd.handle, embd, m.embd.rows, m.embd.cols, 0.0f, 0.05f);
+  if (!m.spec.tied) {
+    m.lm_head = make_tensor(rng, m.lm_head.handle, head, m.lm_head.rows, m.lm_head.cols, 0.0f,
+                            2.0f / std::sqrt(float(m.lm_head.cols)));
+  }
+}
+
+void compare_model(const TestModel& m, const std::vector<uint32_t>& lengths) {
+  const ModelSpec& spec = m.spec;
   Poison poison;
-  TestModel m = make_model(spec);
   qsp_context* cpu = m.create(QSP_BACKEND_CPU);
   qsp_context* gpu = m.create(QSP_BACKEND_CUDA);
   REQUIRE(cpu);
@@ -154,6 +191,28 @@ TEST_CASE("cuda model: Llama style, Q8_0 and mixed", "[gpu][model]") {
   QSP_REQUIRE_GPU();
   compare_lengths(llama_shape(QSP_DTYPE_Q8_0, 22), {1, 17, 513});
   compare_lengths(llama_shape(-1, 23), {3, 100, 2048});
+}
+
+// ---- Q4_1 / Q5_0 / Q5_1 / Q2_K / Q3_K: llama-quantize's mixes (K-quant
+// layers with legacy fallbacks), Q | K | V grouped (one format) and not.
+TEST_CASE("cuda model: Qwen3 shape, mixed Q4_1 / Q5_0 / Q5_1 layers", "[gpu][model][legacy]") {
+  QSP_REQUIRE_GPU();
+  TestModel m = make_model(qwen3_shape(QSP_DTYPE_Q4_0, 61));
+  retype(m,
+         {{QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1, QSP_DTYPE_Q4_1},
+          {QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1}},
+         QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_1);  // tied: the Q5_1 embedding is the LM head
+  compare_model(m, {1, 3, 17, 100, 513, 2048});
+}
+
+TEST_CASE("cuda model: Llama style, mixed Q4_1 / Q5_0 / Q5_1", "[gpu][model][legacy]") {
+  QSP_REQUIRE_GPU();
+  TestModel m = make_model(llama_shape(QSP_DTYPE_Q4_0, 62));
+  retype(m,
+         {{QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0},
+          {QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1}},
+         QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0);
+  compare_model(m, {1, 17, 513});
 }
 
 TEST_CASE("cuda model: decode steps through the CUDA graph follow the CPU", "[gpu][model][decode]") {

@@ -8,7 +8,9 @@
 // Tolerance: fragments are fp16. Formats whose value is one product
 // (Q5_0: d * (q - 16)) must equal the reference rounded to fp16 exactly;
 // d * q + m (Q4_1, Q5_1) is one rounding of the exact value on the device and
-// two (fp32, then fp16) for the reference: within one fp16 ulp. Padding rows
+// two (fp32, then fp16) for the reference: within one fp16 ulp. K-quants:
+// Q3_K's two fp32 products are the reference's, so exact; Q2_K's
+// (d sc) q - dmin m is one fma on the device: within one fp16 ulp. Padding rows
 // and columns must decode to 0. load8 (the embedding) is fp32 and exact.
 #include <catch2/catch.hpp>
 
@@ -16,6 +18,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/quant.h"
@@ -159,4 +162,34 @@ TEST_CASE("kernel formats: Q5_1 repack + device decode on the CPU", "[formats][k
   CHECK(bits_per_weight<WFormat::kQ5_1>() == 6.0);
   uint64_t seed = 51;
   for (const Shape& s : kLegacyShapes) check_format<WFormat::kQ5_1>(QSP_DTYPE_Q5_1, false, s, seed++);
+}
+
+namespace {
+const Shape kKShapes[] = {{37, 256}, {16, 512}, {5, 1024}, {40, 768}, {1, 4096}};
+}  // namespace
+
+TEST_CASE("kernel formats: Q2_K repack + device decode on the CPU", "[formats][kernels]") {
+  CHECK(bits_per_weight<WFormat::kQ2_K>() == 3.0);
+  uint64_t seed = 20;
+  for (const Shape& s : kKShapes) check_format<WFormat::kQ2_K>(QSP_DTYPE_Q2_K, false, s, seed++);
+}
+
+TEST_CASE("kernel formats: Q3_K repack + device decode on the CPU", "[formats][kernels]") {
+  CHECK(bits_per_weight<WFormat::kQ3_K>() == 3.75);
+  uint64_t seed = 30;
+  for (const Shape& s : kKShapes) check_format<WFormat::kQ3_K>(QSP_DTYPE_Q3_K, true, s, seed++);
+}
+
+TEST_CASE("kernel formats: K multiples gemm_supported asks for", "[formats][kernels]") {
+  CHECK(qw::KMultiple<WTraits<WFormat::kQ4_0>>::value == 32);
+  CHECK(qw::KMultiple<WTraits<WFormat::kQ5_0>>::value == 32);
+  CHECK(qw::KMultiple<WTraits<WFormat::kQ2_K>>::value == 256);
+  CHECK(qw::KMultiple<WTraits<WFormat::kQ3_K>>::value == 256);
+  const char* why = nullptr;
+  CHECK(!gemm_supported(WFormat::kQ2_K, 16, 96, &why));
+  REQUIRE(why != nullptr);
+  CHECK(std::string(why).find("256") != std::string::npos);
+  CHECK(!gemm_supported(WFormat::kQ3_K, 16, 512 + 64, &why));
+  CHECK(gemm_supported(WFormat::kQ3_K, 16, 512, &why));
+  CHECK(gemm_supported(WFormat::kQ5_1, 16, 96, &why));
 }

@@ -26,6 +26,10 @@ TEST_CASE("op lm_head: GEMV over the vocabulary (151936 x 1024)", "[gpu][gemm][l
       {QSP_DTYPE_Q4_0, 151936, 1024, {1, 3}},
       {QSP_DTYPE_Q8_0, 151936, 1024, {1, 3}},
       {QSP_DTYPE_F16, 151936, 1024, {1, 3}},
+      // Q4_1 / Q5_0 / Q5_1 and Q2_K / Q3_K
+      {QSP_DTYPE_Q4_1, 151936, 1024, {1, 3}},
+      {QSP_DTYPE_Q5_0, 151936, 1024, {1, 3}},
+      {QSP_DTYPE_Q5_1, 151936, 1024, {1, 3}},
   };
   uint64_t seed = 200;
   for (const LmHeadCase& c : cases) {
