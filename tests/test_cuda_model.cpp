@@ -193,7 +193,7 @@ TEST_CASE("cuda model: Llama style, Q8_0 and mixed", "[gpu][model]") {
   compare_lengths(llama_shape(-1, 23), {3, 100, 2048});
 }
 
-// ---- Q4_1 / Q5_0 / Q5_1 / Q2_K / Q3_K: llama-quantize's mixes (K-quant
+// ---- Q4_1 / Q5_0 / Q5_1 / Q2_K / Q3_K: llama-quantize-like mixes (K-quant
 // layers with legacy fallbacks), Q | K | V grouped (one format) and not.
 TEST_CASE("cuda model: Qwen3 shape, mixed Q4_1 / Q5_0 / Q5_1 layers", "[gpu][model][legacy]") {
   QSP_REQUIRE_GPU();
@@ -212,6 +212,28 @@ TEST_CASE("cuda model: Llama style, mixed Q4_1 / Q5_0 / Q5_1", "[gpu][model][leg
          {{QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0},
           {QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1}},
          QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0);
+  compare_model(m, {1, 17, 513});
+}
+
+// As llama-quantize's Q2_K / Q3_K_M: K-quant projections with legacy
+// fallbacks, every format of this group in some slot.
+TEST_CASE("cuda model: Qwen3 shape, mixed Q2_K / Q3_K / legacy layers", "[gpu][model][kquant]") {
+  QSP_REQUIRE_GPU();
+  TestModel m = make_model(qwen3_shape(QSP_DTYPE_Q4_0, 63));
+  retype(m,
+         {{QSP_DTYPE_Q3_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K},
+          {QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_1}},
+         QSP_DTYPE_Q3_K, QSP_DTYPE_Q3_K);  // tied
+  compare_model(m, {1, 3, 17, 100, 513, 2048});
+}
+
+TEST_CASE("cuda model: Llama style, mixed Q2_K / Q3_K", "[gpu][model][kquant]") {
+  QSP_REQUIRE_GPU();
+  TestModel m = make_model(llama_shape(QSP_DTYPE_Q4_0, 64));
+  retype(m,
+         {{QSP_DTYPE_Q2_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K},
+          {QSP_DTYPE_Q3_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q3_K, QSP_DTYPE_Q2_K}},
+         QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K);
   compare_model(m, {1, 17, 513});
 }
 

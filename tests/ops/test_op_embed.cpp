@@ -17,7 +17,7 @@ struct EmbedCase {
 
 }  // namespace
 
-TEST_CASE("op embed: rows of Q4_0 / Q8_0 / F16 / BF16 / Q4_1 / Q5_0 / Q5_1 tables", "[gpu][gemm][embed]") {
+TEST_CASE("op embed: rows of Q4_0 / Q8_0 / F16 / BF16 / Q4_1 / Q5_0 / Q5_1 / Q2_K / Q3_K tables", "[gpu][gemm][embed]") {
   QSP_REQUIRE_GPU();
   // 1000 rows: not a multiple of the 16-row tile; 151936 x 1024: Qwen3's table.
   const EmbedCase cases[] = {
@@ -29,6 +29,8 @@ TEST_CASE("op embed: rows of Q4_0 / Q8_0 / F16 / BF16 / Q4_1 / Q5_0 / Q5_1 table
       {QSP_DTYPE_Q4_1, 1000, 96, 37},   {QSP_DTYPE_Q4_1, 1000, 1024, 37},  {QSP_DTYPE_Q5_0, 1000, 96, 37},
       {QSP_DTYPE_Q5_0, 1000, 1024, 37}, {QSP_DTYPE_Q5_1, 1000, 96, 37},    {QSP_DTYPE_Q5_1, 1000, 1024, 37},
       {QSP_DTYPE_Q5_0, 151936, 1024, 513},
+      {QSP_DTYPE_Q2_K, 1000, 256, 37},  {QSP_DTYPE_Q2_K, 1000, 1024, 37},  {QSP_DTYPE_Q3_K, 1000, 256, 37},
+      {QSP_DTYPE_Q3_K, 1000, 1024, 37}, {QSP_DTYPE_Q3_K, 151936, 1024, 513},
   };
   uint64_t seed = 300;
   for (const EmbedCase& c : cases) {

@@ -4,6 +4,8 @@
 // A case is one line of a table: weight dtype, N x K, token counts, paths.
 #include "ops/gemm_check.h"
 
+#include <string>
+
 using namespace qsp_test;
 using qsp::kern::WFormat;
 
@@ -183,6 +185,21 @@ TEST_CASE("op gemm: Q4_1 / Q5_0 / Q5_1, every path", "[gpu][gemm][wgmma][legacy]
   }
 }
 
+TEST_CASE("op gemm: Q2_K / Q3_K, every path", "[gpu][gemm][wgmma][kquant]") {
+  QSP_REQUIRE_GPU();
+  uint64_t seed = 5500;
+  for (int32_t dt : {QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K}) {
+    INFO(qsp_dtype_name(dt));
+    run_cases(more_format_cases(dt, false, true), seed);
+    seed += 1000;
+  }
+  // K must be whole 256-weight super-blocks.
+  const char* why = nullptr;
+  CHECK(!qsp::kern::gemm_supported(qsp::kern::format_for(QSP_DTYPE_Q2_K), 256, 96, &why));
+  CHECK(std::string(why ? why : "").find("256") != std::string::npos);
+  CHECK(!qsp::kern::gemm_supported(qsp::kern::format_for(QSP_DTYPE_Q3_K), 256, 256 + 128, &why));
+}
+
 namespace {
 
 struct RowGroupCase {
@@ -204,6 +221,9 @@ TEST_CASE("op gemm: row groups (Q | K | V in one launch)", "[gpu][gemm][wgmma]")
       // Q4_1 / Q5_0 / Q5_1
       {QSP_DTYPE_Q4_1, 2048, 1024, 1024, 1024}, {QSP_DTYPE_Q5_0, 64, 32, 40, 160},
       {QSP_DTYPE_Q5_1, 4096, 1024, 1024, 4096},
+      // Q2_K / Q3_K
+      {QSP_DTYPE_Q2_K, 2048, 1024, 1024, 1024}, {QSP_DTYPE_Q3_K, 64, 32, 40, 256},
+      {QSP_DTYPE_Q3_K, 4096, 1024, 1024, 4096},
   };
   uint64_t seed = 900;
   const bool wg = gemm_wgmma_runs();

@@ -30,6 +30,8 @@ TEST_CASE("op lm_head: GEMV over the vocabulary (151936 x 1024)", "[gpu][gemm][l
       {QSP_DTYPE_Q4_1, 151936, 1024, {1, 3}},
       {QSP_DTYPE_Q5_0, 151936, 1024, {1, 3}},
       {QSP_DTYPE_Q5_1, 151936, 1024, {1, 3}},
+      {QSP_DTYPE_Q2_K, 151936, 1024, {1, 3}},
+      {QSP_DTYPE_Q3_K, 151936, 1024, {1, 3}},
   };
   uint64_t seed = 200;
   for (const LmHeadCase& c : cases) {
@@ -48,6 +50,8 @@ TEST_CASE("op lm_head: final norm, logits and greedy token of the last token", "
   const LmHeadCase cases[] = {
       {QSP_DTYPE_Q8_0, 151936, 1024, {1}},  // Qwen3-0.6B (tied Q8_0 embedding)
       {QSP_DTYPE_Q4_0, 151936, 4096, {1}},  // Qwen3-8B
+      {QSP_DTYPE_Q3_K, 151936, 1024, {1}},  // Q3_K_* files
+      {QSP_DTYPE_Q5_0, 151936, 1024, {1}},
   };
   uint64_t seed = 250;
   for (const LmHeadCase& c : cases) {
