@@ -88,7 +88,10 @@ struct WTraits<WFormat::kQ3_K> {
   // ---- mma.sync GEMM and GEMV -------------------------------------------------------------
   static constexpr int kTileStageBytes = kUnit + kScaleUnit;
   static constexpr int kStages = 4;
-  static constexpr int kGemvRawRegs = 6;
+  // 6 words, but the fp32 decode needs temporaries: 8 keeps the GEMV at 3
+  // chunks in flight for M <= 8 without spills (4 spilled 28-60 bytes in
+  // the 85-register budget of 3 blocks per SM, ptxas sm_90).
+  static constexpr int kGemvRawRegs = 8;
   struct Raw {
     uint32_t q[2];   // low bits: steps 0, 1 / 2, 3
     uint32_t h;      // high bits of all four steps
