@@ -370,10 +370,13 @@ QSP_HD inline float f16hi(uint32_t w) {
 // bias < 2^22).
 QSP_HD inline float small_u2f(uint32_t x, int bias) {
 #if defined(__CUDA_ARCH__)
-  return __uint_as_float(0x4b000000u | x) - float(8388608 + bias);
+  const float f = __uint_as_float(0x4b000000u | x);
 #else
-  return float(int(x) - bias);
+  float f;  // the same bits on the host, so that the CPU test runs this very arithmetic
+  const uint32_t b = 0x4b000000u | x;
+  std::memcpy(&f, &b, 4);
 #endif
+  return f - float(8388608 + bias);
 }
 // (lo, hi) rounded to nearest fp16, as one f16x2 word.
 QSP_HD inline uint32_t pack2(float lo, float hi) {
