@@ -19,7 +19,7 @@
 #include <cstring>
 #include <vector>
 
-#include "../tests/support/check.h"
+#include "support/check.h"
 #include "kernels/kernels.h"
 
 namespace {

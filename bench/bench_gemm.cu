@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/quant.h"
+#include "support/rng.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -43,18 +44,7 @@ void ckb(cublasStatus_t s, const char* what) {
 #define CK(x) ck((x), #x)
 #define CKB(x) ckb((x), #x)
 
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint64_t next() {
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    return s * 0x2545F4914F6CDD1Dull;
-  }
-  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }
-  float normal() { return (uniform() + uniform() + uniform() + uniform() - 2.0f) * 1.7320508f; }
-};
+using qsp_test::Rng;
 
 // R copies of one buffer in a single allocation, each 256-byte aligned.
 struct Rotating {

@@ -10,6 +10,8 @@
 //
 // usage: bench_prefill [--model 0.6b|8b|all] [--type q4_0|q8_0|all]
 //                      [--tokens 1,128,512,2048,8192] [--reps N] [--no-baseline]
+//                      [--batch SPEC,...]   (qsp_prefill_batch against qsp_prefill
+//                      one context at a time; SPEC as parse_batch says)
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -23,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "../tests/support/check.h"
-#include "../tests/support/rng.h"
+#include "support/check.h"
+#include "support/rng.h"
 #include "common/quant.h"
 #include "kernels/kernels.h"
 #include "qsp/qsp.h"
@@ -90,14 +92,15 @@ std::vector<uint8_t> random_f32(uint64_t n, float mean, float sd, uint64_t seed)
   return b;
 }
 
+// An empty b: a cached handle, no data (n_bytes still the tensor's size).
 qsp_tensor view(uint64_t handle, int32_t dtype, uint64_t rows, uint64_t cols, const std::vector<uint8_t>& b) {
   qsp_tensor t{};
   t.handle = handle;
   t.dtype = dtype;
   t.n_rows = rows;
   t.n_cols = cols;
-  t.data = b.data();
-  t.n_bytes = b.size();
+  t.data = b.empty() ? nullptr : b.data();
+  t.n_bytes = qsp_dtype_size(dtype, rows, cols);
   return t;
 }
 
@@ -113,7 +116,10 @@ double median(std::vector<double> v) {
 int reps_for(uint32_t n, int reps) { return n >= 4096 ? std::max(3, reps / 3) : reps; }
 
 // ---- qsp through the public API ------------------------------------------------
-qsp_context* make_qsp(const Shape& s, int32_t dtype, uint32_t max_seq) {
+// generate = false: a second context of the same model. Every handle is in
+// the weight cache already, so the views carry no data (the API then reads
+// nothing: qsp.h, "Weights").
+qsp_context* make_qsp(const Shape& s, int32_t dtype, uint32_t max_seq, bool generate = true) {
   qsp_context_params p;
   qsp_context_params_init(&p);
   p.n_layers = s.layers;
@@ -130,13 +136,19 @@ qsp_context* make_qsp(const Shape& s, int32_t dtype, uint32_t max_seq) {
   const uint64_t H = s.hidden, Q = uint64_t(s.heads) * s.head_dim, KV = uint64_t(s.kv_heads) * s.head_dim;
   uint64_t h = (uint64_t(dtype) << 40) ^ (uint64_t(s.hidden) << 20);
   const double t0 = now_ms();
+  const auto gen_f32 = [&](uint64_t n, float mean, float sd, uint64_t seed) {
+    return generate ? random_f32(n, mean, sd, seed) : std::vector<uint8_t>();
+  };
+  const auto gen_quant = [&](int32_t t, uint64_t rows, uint64_t cols, uint64_t seed) {
+    return generate ? random_quant(t, rows, cols, seed) : std::vector<uint8_t>();
+  };
   for (uint32_t l = 0; l < s.layers; ++l) {
-    std::vector<uint8_t> an = random_f32(H, 1, 0.2f, ++h), fn = random_f32(H, 1, 0.2f, ++h);
-    std::vector<uint8_t> qn = random_f32(s.head_dim, 1, 0.2f, ++h), kn = random_f32(s.head_dim, 1, 0.2f, ++h);
-    std::vector<uint8_t> wq = random_quant(dtype, Q, H, ++h), wk = random_quant(dtype, KV, H, ++h),
-                         wv = random_quant(dtype, KV, H, ++h), wo = random_quant(dtype, H, Q, ++h),
-                         wg = random_quant(dtype, s.ffn, H, ++h), wu = random_quant(dtype, s.ffn, H, ++h),
-                         wd = random_quant(dtype, H, s.ffn, ++h);
+    std::vector<uint8_t> an = gen_f32(H, 1, 0.2f, ++h), fn = gen_f32(H, 1, 0.2f, ++h);
+    std::vector<uint8_t> qn = gen_f32(s.head_dim, 1, 0.2f, ++h), kn = gen_f32(s.head_dim, 1, 0.2f, ++h);
+    std::vector<uint8_t> wq = gen_quant(dtype, Q, H, ++h), wk = gen_quant(dtype, KV, H, ++h),
+                         wv = gen_quant(dtype, KV, H, ++h), wo = gen_quant(dtype, H, Q, ++h),
+                         wg = gen_quant(dtype, s.ffn, H, ++h), wu = gen_quant(dtype, s.ffn, H, ++h),
+                         wd = gen_quant(dtype, H, s.ffn, ++h);
     qsp_layer_weights w;
     qsp_layer_weights_init(&w);
     w.attn_norm = view(h + 100, QSP_DTYPE_F32, 1, H, an);
@@ -153,8 +165,8 @@ qsp_context* make_qsp(const Shape& s, int32_t dtype, uint32_t max_seq) {
     h += 200;
     QSP_QK(qsp_upload_layer(ctx, l, &w));
   }
-  std::vector<uint8_t> emb = random_quant(QSP_DTYPE_Q8_0, s.vocab, H, ++h);
-  std::vector<uint8_t> on = random_f32(H, 1, 0.2f, ++h);
+  std::vector<uint8_t> emb = gen_quant(QSP_DTYPE_Q8_0, s.vocab, H, ++h);
+  std::vector<uint8_t> on = gen_f32(H, 1, 0.2f, ++h);
   qsp_tensor e = view(h + 1, QSP_DTYPE_Q8_0, s.vocab, H, emb);
   QSP_QK(qsp_upload_embedding(ctx, &e));
   qsp_output_weights o;
@@ -162,7 +174,8 @@ qsp_context* make_qsp(const Shape& s, int32_t dtype, uint32_t max_seq) {
   o.norm = view(h + 2, QSP_DTYPE_F32, 1, H, on);
   o.lm_head = e;  // tied, as Qwen3-0.6B; 8B has its own head of the same shape and cost
   QSP_QK(qsp_upload_output(ctx, &o));
-  std::printf("  [qsp] generated + uploaded %s %s in %.1f s\n", s.name, qsp_dtype_name(dtype), (now_ms() - t0) / 1e3);
+  if (generate)
+    std::printf("  [qsp] generated + uploaded %s %s in %.1f s\n", s.name, qsp_dtype_name(dtype), (now_ms() - t0) / 1e3);
   return ctx;
 }
 
@@ -177,6 +190,96 @@ double time_qsp(qsp_context* ctx, uint32_t n, uint32_t past, int reps, const std
     if (r) t.push_back(dt);  // the first run warms up (and captures the decode graph)
   }
   return median(t);
+}
+
+// ---- Batched prefill across contexts (qsp_prefill_batch) -------------------------
+// A spec: groups joined by '+', each "NxL" or "NxL@P": N sequences of L new
+// tokens on P cached ones ("32x128", "64x1@512" = a decode step of 64
+// sequences, "4x512+60x1@512" = prompts joining decoding sequences).
+struct Group {
+  uint32_t n = 0, len = 0, past = 0;
+};
+
+std::vector<Group> parse_batch(const std::string& spec) {
+  std::vector<Group> g;
+  size_t at = 0;
+  while (at < spec.size()) {
+    size_t end = spec.find('+', at);
+    if (end == std::string::npos) end = spec.size();
+    Group x;
+    if (std::sscanf(spec.substr(at, end - at).c_str(), "%ux%u@%u", &x.n, &x.len, &x.past) < 2 || !x.n || !x.len) {
+      std::fprintf(stderr, "bad batch spec '%s' (want NxL[@P][+NxL[@P]...])\n", spec.c_str());
+      std::exit(2);
+    }
+    g.push_back(x);
+    at = end + 1;
+  }
+  return g;
+}
+
+// One batch step against the same pieces through qsp_prefill, one context at
+// a time (each call waits for its result, as a caller of qsp_prefill does),
+// both from the same cache state; medians of `reps` after a warm-up.
+void bench_batch(const Shape& s, int32_t dtype, const std::string& spec, int reps, std::vector<std::string>& table) {
+  const std::vector<Group> groups = parse_batch(spec);
+  uint32_t max_seq = 16, n_tok = 0;
+  std::vector<uint32_t> len, past;
+  for (const Group& g : groups)
+    for (uint32_t i = 0; i < g.n; ++i) {
+      len.push_back(g.len);
+      past.push_back(g.past);
+      max_seq = std::max(max_seq, g.len + g.past + 16);
+      n_tok += g.len;
+    }
+  const uint32_t S = uint32_t(len.size());
+  std::vector<qsp_context*> ctx(S);
+  for (uint32_t i = 0; i < S; ++i) ctx[i] = make_qsp(s, dtype, max_seq, /*generate=*/i == 0);
+  std::vector<std::vector<int32_t>> tok(S);
+  for (uint32_t i = 0; i < S; ++i) {
+    tok[i].resize(past[i] + len[i]);
+    for (uint32_t t = 0; t < tok[i].size(); ++t) tok[i][t] = int32_t(((i + 1) * 7919u + t * 2654435761u) % s.vocab);
+  }
+  // Every cache back to its `past` tokens (built with one batch).
+  const auto reset = [&] {
+    std::vector<qsp_batch_seq> pre;
+    for (uint32_t i = 0; i < S; ++i) {
+      QSP_QK(qsp_kv_clear(ctx[i]));
+      if (!past[i]) continue;
+      qsp_batch_seq b{};
+      b.ctx = ctx[i];
+      b.tokens = tok[i].data();
+      b.n_tokens = past[i];
+      pre.push_back(b);
+    }
+    if (!pre.empty()) QSP_QK(qsp_prefill_batch(pre.data(), uint32_t(pre.size()), sizeof(qsp_batch_seq)));
+  };
+  std::vector<qsp_batch_seq> seqs(S);
+  for (uint32_t i = 0; i < S; ++i) {
+    seqs[i] = qsp_batch_seq{};
+    seqs[i].ctx = ctx[i];
+    seqs[i].tokens = tok[i].data() + past[i];
+    seqs[i].n_tokens = len[i];
+  }
+  std::vector<double> tb, ts;
+  for (int r = 0; r < reps + 1; ++r) {
+    reset();
+    double t0 = now_ms();
+    QSP_QK(qsp_prefill_batch(seqs.data(), S, sizeof(qsp_batch_seq)));
+    const double b = now_ms() - t0;
+    reset();
+    t0 = now_ms();
+    for (uint32_t i = 0; i < S; ++i) QSP_QK(qsp_prefill(ctx[i], seqs[i].tokens, len[i]));
+    const double one = now_ms() - t0;
+    if (r) tb.push_back(b), ts.push_back(one);
+  }
+  const double mb = median(tb), ms = median(ts);
+  char line[512];
+  std::snprintf(line, sizeof line, "| %-10s | %-4s | batch %-16s | %4u | %6u | %9.3f | %10.0f | %9.3f | %10.0f | %5.2fx |",
+                s.name, qsp_dtype_name(dtype), spec.c_str(), S, n_tok, mb, n_tok / mb * 1e3, ms, n_tok / ms * 1e3,
+                ms / mb);
+  std::puts(line);
+  table.push_back(line);
+  for (qsp_context* c : ctx) qsp_context_destroy(c);
 }
 
 // ---- the cuBLAS fp16 baseline -----------------------------------------------------
@@ -372,6 +475,7 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> lengths = {1, 128, 512, 2048, 8192};
   int reps = 10;
   bool baseline = true;
+  std::vector<std::string> batches;  // --batch specs: then only those run
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) model = argv[++i];
@@ -379,8 +483,17 @@ int main(int argc, char** argv) {
     else if (a == "--tokens" && i + 1 < argc) lengths = parse_list(argv[++i]);
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--no-baseline") baseline = false;
+    else if (a == "--batch" && i + 1 < argc) {
+      std::string list = argv[++i];
+      for (size_t at = 0; at <= list.size();) {
+        size_t end = list.find(',', at);
+        if (end == std::string::npos) end = list.size();
+        if (end > at) batches.push_back(list.substr(at, end - at));
+        at = end + 1;
+      }
+    }
     else {
-      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--reps N] [--no-baseline]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--reps N] [--no-baseline] [--batch 32x128,64x1@512,4x512+60x1@512]\n", argv[0]);
       return 2;
     }
   }
@@ -398,6 +511,19 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> table;
   char line[512];
+  if (!batches.empty()) {
+    for (const Shape& s : kShapes) {
+      if (model != "all" && std::string(s.name).find(model) == std::string::npos) continue;
+      for (int32_t dtype : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0}) {
+        if (type != "all" && type != qsp_dtype_name(dtype)) continue;
+        for (const std::string& b : batches) bench_batch(s, dtype, b, reps, table);
+      }
+    }
+    std::printf("\n| model | type | batch | seqs | tokens | batch ms | tokens/s | one at a time ms | tokens/s | speedup |\n"
+                "|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const std::string& l : table) std::puts(l.c_str());
+    return 0;
+  }
   for (const Shape& s : kShapes) {
     if (model != "all" && std::string(s.name).find(model) == std::string::npos) continue;
     for (int32_t dtype : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0}) {

@@ -1,7 +1,7 @@
 // Argmax over a logits vector: *out = the lowest index of the maximum; NaN
 // never wins; all-NaN (or n == 0 candidates) gives 0.
 //
-// One launch of one 1024-thread block: for a vocabulary of ~150k floats
+// One launch of one 1024-thread block per row: for a vocabulary of ~150k floats
 // (600 KB) a single SM streams it in a few microseconds with float4 loads
 // in flight from every thread, and there is no scratch for partial results
 // nor a second launch. Each thread scans its indices in increasing order
@@ -40,7 +40,11 @@ __device__ __forceinline__ Cand better(Cand a, Cand b) {
 }
 
 template <bool kVec>
-__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restrict__ v, int n, int32_t* out) {
+__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restrict__ v, int n, int64_t ld,
+                                                           int32_t* out) {
+  // One block per row (a batched pass has one row per piece).
+  v += int64_t(blockIdx.x) * ld;
+  out += blockIdx.x;
   Cand c{-INFINITY, -1};
   const int tid = int(threadIdx.x);
   int tail = 0;  // first index the scalar loop covers
@@ -100,13 +104,17 @@ static_assert(kThreads / 32 == 32, "the second stage reduces one candidate per l
 
 }  // namespace
 
-cudaError_t argmax(const float* v, int32_t n, int32_t* out, cudaStream_t stream) {
-  if (!v || !out || n < 1) return cudaErrorInvalidValue;
-  if (reinterpret_cast<uintptr_t>(v) % 16 == 0)
-    argmax_kernel<true><<<1, kThreads, 0, stream>>>(v, n, out);
+cudaError_t argmax_rows(const float* v, int32_t n, int64_t ld, int32_t n_rows, int32_t* out, cudaStream_t stream) {
+  if (!v || !out || n < 1 || n_rows < 1 || (n_rows > 1 && ld < n)) return cudaErrorInvalidValue;
+  if (reinterpret_cast<uintptr_t>(v) % 16 == 0 && (n_rows == 1 || ld % 4 == 0))
+    argmax_kernel<true><<<unsigned(n_rows), kThreads, 0, stream>>>(v, n, ld, out);
   else
-    argmax_kernel<false><<<1, kThreads, 0, stream>>>(v, n, out);
+    argmax_kernel<false><<<unsigned(n_rows), kThreads, 0, stream>>>(v, n, ld, out);
   return cudaGetLastError();
+}
+
+cudaError_t argmax(const float* v, int32_t n, int32_t* out, cudaStream_t stream) {
+  return argmax_rows(v, n, n, 1, out, stream);
 }
 
 }  // namespace kern

@@ -127,6 +127,23 @@ Plan make_plan(int M, int n_heads, int n_kv_heads, int head_dim, int max_seq, in
   return pl;
 }
 
+// A batched pass: the tile shape for its longest piece (the pieces' tiles
+// are laid out by the caller, n_tiles of them, attention_batch_tile_tokens()
+// tokens each), no split. The cache reads of the decode pieces are spread
+// over (pieces x KV heads) blocks already.
+Plan make_batch_plan(int max_piece, int n_heads, int n_kv_heads, int n_tiles) {
+  Plan pl;
+  const int group = n_heads / n_kv_heads;
+  const int64_t rows = int64_t(max_piece) * group;
+  pl.cfg = rows <= kSmallMaxRows ? kSmall : rows <= kMidMaxRows ? kMid : kBig;
+  const ConfigInfo ci = config_info(pl.cfg);
+  pl.gp = largest_divisor_at_most(group, ci.block_m);
+  pl.tokens = ci.block_m / pl.gp;
+  pl.m_blocks = n_tiles;
+  pl.head_blocks = n_kv_heads * (group / pl.gp);
+  return pl;
+}
+
 size_t plan_scratch_bytes(const Plan& pl, int M, int n_heads, int head_dim) {
   if (pl.n_splits <= 1) return 0;
   return size_t(pl.n_splits) * M * n_heads * (size_t(head_dim) + 1) * sizeof(float);
@@ -167,7 +184,25 @@ size_t attention_scratch_bytes(int32_t max_M, int32_t n_heads, int32_t head_dim,
   return need;
 }
 
+int32_t attention_batch_tile_tokens(int32_t max_piece, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) {
+  if (max_piece < 1 || n_heads < 1 || n_kv_heads < 1 || n_heads % n_kv_heads || !attention_supported(head_dim))
+    return 0;
+  return make_batch_plan(max_piece, n_heads, n_kv_heads, 1).tokens;
+}
+
 cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
+  if (a.seqs) {
+    // A batched pass: the pieces and tiles are device data the caller built.
+    if (!a.q || !a.out || !a.tiles || a.n_tiles < 1 || a.layer < 0 || a.max_piece < 1 || a.max_piece > a.M)
+      return cudaErrorInvalidValue;
+    if (!attention_supported(a.head_dim)) return cudaErrorInvalidValue;
+    if (a.n_heads < 1 || a.n_kv_heads < 1 || a.n_heads % a.n_kv_heads != 0 || a.n_heads > 65535)
+      return cudaErrorInvalidValue;
+    if (!(a.scale > 0.0f) || !std::isfinite(a.scale) || !aligned16(a.q) || !aligned16(a.out))
+      return cudaErrorInvalidValue;
+    if (a.path == AttnPath::kWgmma) return cudaErrorNotSupported;
+    return attn::run_mma(a, make_batch_plan(a.max_piece, a.n_heads, a.n_kv_heads, a.n_tiles), stream);
+  }
   if (!a.q || !a.k_cache || !a.v_cache || !a.out || !a.past) return cudaErrorInvalidValue;
   if (!attention_supported(a.head_dim)) return cudaErrorInvalidValue;
   if (a.M < 1 || a.n_heads < 1 || a.n_kv_heads < 1 || a.n_heads % a.n_kv_heads != 0) return cudaErrorInvalidValue;

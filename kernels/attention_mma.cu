@@ -40,6 +40,11 @@ struct FwdParams {
   int tokens;      // tokens per block: kBlockM / gp
   int n_splits;
   float scale_log2;  // scale * log2(e)
+  // A batched pass (kBatch): the pieces, the query tiles (tiles[blockIdx.x]
+  // = {piece, first token in it}), the layer and the KV head count.
+  const SeqDesc* seqs;
+  const int2* tiles;
+  int layer, n_kv_heads;
 };
 
 // Which rows and keys a block owns. The epilogue calls this again instead of
@@ -68,7 +73,50 @@ __device__ __forceinline__ BlockCoords block_coords(const FwdParams& p) {
 // ============================================================================
 // The kernel
 // ============================================================================
-template <class Kt>
+// What a block attends over: the whole chunk (its queries q / out, M tokens
+// at positions past.., one cache), or in a batched pass the piece of its
+// query tile (the piece's rows of q / out, its own cache at this layer, its
+// position). The epilogue asks again rather than keep it live.
+struct Span {
+  const __half* q;
+  const __half* k;
+  const __half* v;
+  __half* out;
+  int M, max_seq, past;
+  int t0;  // the block's first token within q
+};
+template <bool kBatch, int D>
+__device__ __forceinline__ Span block_span(const FwdParams& p, int t0) {
+  Span s;
+  if constexpr (kBatch) {
+    uint32_t bx;
+    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(bx));
+    const int2 tile = p.tiles[bx];
+    const SeqDesc d = p.seqs[tile.x];
+    const size_t rows = size_t(d.start) * p.n_heads * D;
+    const size_t layer = size_t(p.layer) * p.n_kv_heads * size_t(d.max_seq) * D;
+    s.q = p.q + rows;
+    s.out = p.out + rows;
+    s.k = d.k_cache + layer;
+    s.v = d.v_cache + layer;
+    s.M = d.n;
+    s.max_seq = d.max_seq;
+    s.past = d.past;
+    s.t0 = tile.y;
+  } else {
+    s.q = p.q;
+    s.out = p.out;
+    s.k = p.k;
+    s.v = p.v;
+    s.M = p.M;
+    s.max_seq = p.max_seq;
+    s.past = *p.past;
+    s.t0 = t0;
+  }
+  return s;
+}
+
+template <class Kt, bool kBatch>
 __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_kernel(const FwdParams p) {
   constexpr int D = Kt::kHeadDim;
   constexpr int kBlockM = Kt::kBlockM, kBlockN = Kt::kBlockN;
@@ -82,13 +130,14 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const BlockCoords bc = block_coords(p);
-  int t0 = bc.t0, h0 = bc.h0, split = bc.split;
+  const Span sp = block_span<kBatch, D>(p, bc.t0);
+  int t0 = sp.t0, h0 = bc.h0, split = bc.split;
   const int kvh = h0 / p.group;
   const int rows_used = p.tokens * p.gp;
 
-  const int past = *p.past;
-  const int kv_len = min(past + p.M, p.max_seq);  // keys 0 .. kv_len-1 exist
-  const int t_last = min(t0 + p.tokens, p.M) - 1;
+  const int past = sp.past;
+  const int kv_len = min(past + sp.M, sp.max_seq);  // keys 0 .. kv_len-1 exist
+  const int t_last = min(t0 + p.tokens, sp.M) - 1;
   int n_begin = 0;
   int n_end = min(past + t_last + 1, kv_len);  // last key any row of the block sees, + 1
   if (p.n_splits > 1) {
@@ -103,8 +152,8 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
     if (p.n_splits > 1) {
       for (int r = tid; r < rows_used; r += Kt::kNThreads) {
         const int t = t0 + r / p.gp;
-        if (t < p.M)
-          p.lse_part[(size_t(split) * p.M + t) * p.n_heads + h0 + r % p.gp] = -INFINITY;
+        if (t < sp.M)
+          p.lse_part[(size_t(split) * sp.M + t) * p.n_heads + h0 + r % p.gp] = -INFINITY;
       }
     }
     return;
@@ -130,13 +179,13 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
     constexpr int i = decltype(ic)::value;
     const int r = ld_row + i * Kt::kRowsPerPass;
     const int t = t0 + r / p.gp;
-    const bool ok = r < rows_used && t < p.M;
-    const __half* src = p.q + (size_t(t) * p.n_heads + h0 + r % p.gp) * D + ld_chunk * 8;
+    const bool ok = r < rows_used && t < sp.M;
+    const __half* src = sp.q + (size_t(t) * p.n_heads + h0 + r % p.gp) * D + ld_chunk * 8;
     cp_async_cg_16<i * Kt::kRowsPerPass * kRowBytes, 0>(sQ + ld_base[(i * Kt::kRowsPerPass) & 7], src, ok);
   });
   // This thread's element of key 0 of the KV head; kept as one offset (not
   // two pointers) to save registers, the bases come from the parameters.
-  const size_t kv_off = size_t(kvh) * p.max_seq * D + size_t(ld_row) * D + ld_chunk * 8;
+  const size_t kv_off = size_t(kvh) * sp.max_seq * D + size_t(ld_row) * D + ld_chunk * 8;
   auto load_tile = [&](const __half* src, uint32_t s_stage, int n0) {
     const __half* tile = src + kv_off + size_t(n0) * D;
     const int valid_rows = n_end - n0 - ld_row;  // this thread's row i is valid iff i * kRowsPerPass < valid_rows
@@ -149,13 +198,13 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
   // Commit groups, in order: {Q, K0}, {V0}, {K1}, {V1}, then per iteration j
   // {K_j+2}, {V_j+2} (empty groups past the end keep the count uniform, so
   // the wait depths below are constants).
-  load_tile(p.k, sK, n_begin);
+  load_tile(sp.k, sK, n_begin);
   cp_async_commit();
-  load_tile(p.v, sV, n_begin);
+  load_tile(sp.v, sV, n_begin);
   cp_async_commit();
-  if (n_tiles > 1) load_tile(p.k, sK + Kt::kSmemKV, n_begin + kBlockN);
+  if (n_tiles > 1) load_tile(sp.k, sK + Kt::kSmemKV, n_begin + kBlockN);
   cp_async_commit();
-  if (n_tiles > 1) load_tile(p.v, sV + Kt::kSmemKV, n_begin + kBlockN);
+  if (n_tiles > 1) load_tile(sp.v, sV + Kt::kSmemKV, n_begin + kBlockN);
   cp_async_commit();
 
   // Rows this thread holds in the accumulator layout: lane/4 (+8) of each of
@@ -169,7 +218,7 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
     for (int hr = 0; hr < 2; ++hr) {
       const int r = warp_row0 + mt * 16 + (lane >> 2) + hr * 8;
       const int t = t0 + r / p.gp;
-      const bool ok = r < rows_used && t < p.M;
+      const bool ok = r < rows_used && t < sp.M;
       lim[mt][hr] = ok ? min(past + t, kv_len - 1) : kv_len - 1;
     }
   // Tiles that end at or before this key need no mask for any row.
@@ -319,7 +368,7 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
 
     cp_async_wait<2>();  // V_j landed
     __syncthreads();           // ...and every warp is done with K stage `stage`
-    if (j + 2 < n_tiles) load_tile(p.k, sKs, n0 + 2 * kBlockN);
+    if (j + 2 < n_tiles) load_tile(sp.k, sKs, n0 + 2 * kBlockN);
     cp_async_commit();
 
     // ---- O += P V: P (fp16) straight from the S accumulators, which have
@@ -347,18 +396,17 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
     });
 
     __syncthreads();  // every warp is done with V stage `stage`
-    if (j + 2 < n_tiles) load_tile(p.v, sVs, n0 + 2 * kBlockN);
+    if (j + 2 < n_tiles) load_tile(sp.v, sVs, n0 + 2 * kBlockN);
     cp_async_commit();
   }
   cp_async_wait<0>();  // nothing may land in shared memory after exit
 
   // ---- Epilogue
-  {
-    const BlockCoords ec = block_coords(p);
-    t0 = ec.t0;
-    h0 = ec.h0;
-    split = ec.split;
-  }
+  const BlockCoords ec = block_coords(p);
+  const Span se = block_span<kBatch, D>(p, ec.t0);
+  t0 = se.t0;
+  h0 = ec.h0;
+  split = ec.split;
   float inv[kMTiles][2];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
@@ -389,8 +437,8 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
         }
         const int r = warp_row0 + rl;
         const int t = t0 + r / p.gp;
-        if (q == 0 && r < rows_used && t < p.M)
-          p.lse_part[(size_t(split) * p.M + t) * p.n_heads + h0 + r % p.gp] =
+        if (q == 0 && r < rows_used && t < se.M)
+          p.lse_part[(size_t(split) * se.M + t) * p.n_heads + h0 + r % p.gp] =
               row_sum[mt][hr] > 0.0f ? row_max[mt][hr] * p.scale_log2 + __log2f(row_sum[mt][hr]) : -INFINITY;
       }
     __syncwarp();
@@ -402,13 +450,13 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
       const int rl = i * kRowsPerPass + lane / kChunks;
       const int r = warp_row0 + rl;
       const int t = t0 + r / p.gp;
-      if (r >= rows_used || t >= p.M) continue;
+      if (r >= rows_used || t >= se.M) continue;
       float4 v;
       asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                    : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                    : "r"(stage_base + rl * D * 4 + ((c ^ ((rl & 7) << 1)) << 4))
                    : "memory");
-      *reinterpret_cast<float4*>(p.o_part + ((size_t(split) * p.M + t) * p.n_heads + h0 + r % p.gp) * D + c * 4) = v;
+      *reinterpret_cast<float4*>(p.o_part + ((size_t(split) * se.M + t) * p.n_heads + h0 + r % p.gp) * D + c * 4) = v;
     }
     return;
   }
@@ -435,31 +483,31 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
   for (int i = 0; i < Kt::kRowsPerWarp / kStoreRows; ++i) {
     const int r = warp_row0 + i * kStoreRows + lane / Kt::kChunksPerRow;
     const int t = t0 + r / p.gp;
-    if (r >= rows_used || t >= p.M) continue;
+    if (r >= rows_used || t >= se.M) continue;
     uint4 v;
     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "r"(sQ + swizzle<kRowBytes>(r, st_chunk))
                  : "memory");
-    *reinterpret_cast<uint4*>(p.out + (size_t(t) * p.n_heads + h0 + r % p.gp) * D + st_chunk * 8) = v;
+    *reinterpret_cast<uint4*>(se.out + (size_t(t) * p.n_heads + h0 + r % p.gp) * D + st_chunk * 8) = v;
   }
 }
 
 // ============================================================================
 // Launch
 // ============================================================================
-template <class Kt>
+template <class Kt, bool kBatch>
 cudaError_t launch_fwd(const FwdParams& p, const Plan& pl, cudaStream_t stream) {
   if (Kt::kSmemBytes > 48 * 1024) {  // the default limit; above it the attribute must be raised
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
     static PerDevice smem_once;
-    e = set_smem_once(smem_once, dev, attn_fwd_kernel<Kt>, Kt::kSmemBytes);
+    e = set_smem_once(smem_once, dev, attn_fwd_kernel<Kt, kBatch>, Kt::kSmemBytes);
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(unsigned(pl.m_blocks), unsigned(pl.head_blocks), unsigned(pl.n_splits));
-  attn_fwd_kernel<Kt><<<grid, Kt::kNThreads, Kt::kSmemBytes, stream>>>(p);
+  attn_fwd_kernel<Kt, kBatch><<<grid, Kt::kNThreads, Kt::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -482,12 +530,23 @@ cudaError_t run_d(const AttnArgs& a, const Plan& pl, cudaStream_t stream) {
   const size_t rows = size_t(a.M) * a.n_heads;
   p.o_part = pl.n_splits > 1 ? static_cast<float*>(a.scratch) : nullptr;
   p.lse_part = pl.n_splits > 1 ? p.o_part + size_t(pl.n_splits) * rows * D : nullptr;
+  p.seqs = a.seqs;
+  p.tiles = a.tiles;
+  p.layer = a.layer;
+  p.n_kv_heads = a.n_kv_heads;
 
   cudaError_t e;
+  if (a.seqs) {  // a batched pass: never split (make_batch_plan)
+    switch (pl.cfg) {
+      case kSmall: return launch_fwd<SmallTraits<D>, true>(p, pl, stream);
+      case kMid: return launch_fwd<MidTraits<D>, true>(p, pl, stream);
+      default: return launch_fwd<BigTraits<D>, true>(p, pl, stream);
+    }
+  }
   switch (pl.cfg) {
-    case kSmall: e = launch_fwd<SmallTraits<D>>(p, pl, stream); break;
-    case kMid: e = launch_fwd<MidTraits<D>>(p, pl, stream); break;
-    default: e = launch_fwd<BigTraits<D>>(p, pl, stream); break;
+    case kSmall: e = launch_fwd<SmallTraits<D>, false>(p, pl, stream); break;
+    case kMid: e = launch_fwd<MidTraits<D>, false>(p, pl, stream); break;
+    default: e = launch_fwd<BigTraits<D>, false>(p, pl, stream); break;
   }
   if (e != cudaSuccess || pl.n_splits <= 1) return e;
   return launch_combine(p.o_part, p.lse_part, a.out, int(rows), pl.n_splits, D, stream);

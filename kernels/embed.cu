@@ -35,6 +35,7 @@ cudaError_t embed(const DWeight& table, const int32_t* tokens, int32_t M, float*
   if (M < 0 || table.data == nullptr || tokens == nullptr || out == nullptr) return cudaErrorInvalidValue;
   if (table.rows < 1 || table.cols < 32 || table.cols % 32 != 0) return cudaErrorInvalidValue;
   if (!dispatch_format(table.fmt, false, [](auto) { return true; })) return cudaErrorInvalidValue;
+  if (table.cols % cols_multiple(table.fmt) != 0) return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(out) % 16 != 0) return cudaErrorInvalidValue;  // float4 stores
   if (M == 0) return cudaSuccess;
   const int groups = table.cols / 8;

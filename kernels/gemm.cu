@@ -73,6 +73,10 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, cudaStrea
 
 }  // namespace
 
+int cols_multiple(WFormat f) {
+  return dispatch_format(f, 32, [](auto t) { return qw::ColsMultiple<typename decltype(t)::T>::value; });
+}
+
 bool gemm_row_group_ok(const DWeight& w) {
   const bool row_major = dispatch_format(w.fmt, true, [](auto t) { return decltype(t)::T::kRowMajor; });
   return !row_major && w.rows % qw::kTileRows == 0;
@@ -86,9 +90,8 @@ bool gemm_supported(WFormat fmt, int64_t rows, int64_t cols, const char** why) {
     r = "empty matrix";
   } else if (cols % 32 != 0) {
     r = "K (cols) must be a multiple of 32: the kernels move K in 32-column halves of 64-column chunks";
-  } else if (cols % dispatch_format(fmt, 32, [](auto t) { return qw::KMultiple<typename decltype(t)::T>::value; }) !=
-             0) {
-    r = "K (cols) must be a multiple of 256 for K-quant weights: the kernels decode whole 256-weight super-blocks";
+  } else if (cols % cols_multiple(fmt) != 0) {
+    r = "K (cols) must be a multiple of 256 for this format: its GGML super-blocks hold 256 weights of a row";
   } else if (rows > (int64_t(1) << 30) || cols > (int64_t(1) << 24) ||
              dweight_bytes(fmt, rows, cols) >= (size_t(1) << 32)) {
     r = "matrix too large: the kernels address weights with 32-bit offsets (< 4 GiB)";

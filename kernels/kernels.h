@@ -62,6 +62,9 @@ void repack_weight(int32_t gguf_dtype, const void* src, int64_t rows, int64_t co
 
 // Whether gemm() supports this weight shape; on false, *why says why.
 bool gemm_supported(WFormat fmt, int64_t rows, int64_t cols, const char** why);
+// The multiple of columns (K) format f needs: 32 (one quant block), 256 for
+// the K-quants (one super-block).
+int cols_multiple(WFormat f);
 
 // Whether more rows may follow w's in one gemm() row group (GemmArgs::wcat):
 // w is in a tiled format and its rows are whole 16-row tiles.
@@ -109,9 +112,27 @@ cudaError_t gemm(const GemmArgs& a, cudaStream_t stream);
 cudaError_t embed(const DWeight& table, const int32_t* tokens, int32_t M, float* out, cudaStream_t stream);
 
 // ---- RMSNorm to fp16 (kernels/rmsnorm.cu) -----------------------------------
-// y[m][i] = half(x[m][i] * w[i] / rms(x[m])); x row stride ldx, y row stride dim.
+// y[m][i] = half(x[r][i] * w[i] / rms(x[r])) with r = rows ? rows[m] : m
+// (rows: device memory, M entries; gathers the last token of each piece of
+// a batched pass). x row stride ldx, y row stride dim.
 cudaError_t rmsnorm_f16(const float* x, int32_t ldx, const float* w, __half* y, int32_t M, int32_t dim,
-                        float eps, cudaStream_t stream);
+                        float eps, cudaStream_t stream, const int32_t* rows = nullptr);
+
+// ---- Batched passes over several KV caches (qsp_prefill_batch) --------------
+// A batched pass runs the pieces of several contexts as one chunk of M tokens.
+// Piece s owns tokens [start, start + n) of the chunk; they sit at positions
+// past .. past + n - 1 of the piece's own KV cache, whose layer 0 begins at
+// k_cache / v_cache ([n_layers][n_kv_heads][max_seq][head_dim] fp16, so a
+// layer is n_kv_heads * max_seq * head_dim elements further). Descriptors
+// live in device memory; the launchers cannot check them.
+struct SeqDesc {
+  __half* k_cache = nullptr;
+  __half* v_cache = nullptr;
+  int32_t max_seq = 0;
+  int32_t past = 0;
+  int32_t start = 0;
+  int32_t n = 0;
+};
 
 // ---- QK-norm + RoPE + KV-cache write (kernels/qk_rope.cu) -------------------
 struct QkRopeArgs {
@@ -127,6 +148,12 @@ struct QkRopeArgs {
   float eps = 1e-6f;
   float theta = 1e6f;
   int32_t rope_style = 0;        // QSP_ROPE_NEOX (pairs i, i+d/2) or QSP_ROPE_INTERLEAVED (2i, 2i+1)
+  // A batched pass (else nullptr): the pieces and, per token, its piece's
+  // index (both device memory, token_seq M entries), and the layer. Then
+  // k_cache, v_cache, max_seq and past are unused.
+  const SeqDesc* seqs = nullptr;
+  const int32_t* token_seq = nullptr;
+  int32_t layer = 0;
 };
 cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream);
 
@@ -152,7 +179,21 @@ struct AttnArgs {
   // kernel, head_dim 128, never split) returns cudaErrorNotSupported where
   // it cannot run; kMma is the mma.sync family of every device.
   AttnPath path = AttnPath::kAuto;
+  // A batched pass (else nullptr): the pieces (M is then the pass's token
+  // count, and k_cache, v_cache, max_seq and past are unused), the layer, and
+  // the launch's query tiles: tiles[i] = {piece, its first token in the
+  // piece}, each attention_batch_tile_tokens() tokens high, n_tiles of them,
+  // covering every piece (device memory; the order is the launch order).
+  // max_piece: the longest piece's token count. Always the mma.sync kernels,
+  // never split.
+  const SeqDesc* seqs = nullptr;
+  const int2* tiles = nullptr;
+  int32_t n_tiles = 0;
+  int32_t layer = 0;
+  int32_t max_piece = 0;
 };
+// Tokens per query tile of a batched attention launch for these shapes.
+int32_t attention_batch_tile_tokens(int32_t max_piece, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim);
 bool attention_supported(int32_t head_dim);
 // Scratch attention() can use for any chunk of M <= max_M tokens with this
 // many query heads (any KV head count) on the current device; 0 when none.
@@ -163,6 +204,8 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream);
 // ---- Argmax (kernels/argmax.cu) ----------------------------------------------
 // *out = the lowest index of the maximum of v[0..n); NaN never wins.
 cudaError_t argmax(const float* v, int32_t n, int32_t* out, cudaStream_t stream);
+// out[r] = argmax of row r of v (n floats each, row stride ld >= n), r < n_rows.
+cudaError_t argmax_rows(const float* v, int32_t n, int64_t ld, int32_t n_rows, int32_t* out, cudaStream_t stream);
 
 }  // namespace kern
 }  // namespace qsp

@@ -8,7 +8,8 @@
 // and kWarps head vectors; it first builds that token's cos/sin table
 // (D/2 entries) in shared memory, shared by all its heads.
 //
-// Angles: position p = *past + m is read on the device. inv_freq_i =
+// Angles: position p = *past + m is read on the device (in a batched pass:
+// the token's piece's past + its index in the piece). inv_freq_i =
 // theta^(-2i/D) is computed on the host in double exactly as the CPU
 // reference does (it depends on theta and D only, never on the position)
 // and passed by value; the device forms p * inv_freq_i in double and
@@ -39,6 +40,9 @@ struct RopeParams {
   __half* k_cache;
   __half* v_cache;
   const int32_t* past;
+  const SeqDesc* seqs;       // batched pass only (kBatch)
+  const int32_t* token_seq;
+  int layer;
   int ld, M, n_heads, n_kv_heads, max_seq;
   float eps;
   double inv_freq[kMaxHeadDim / 2];
@@ -55,14 +59,29 @@ struct VecF<4> {
   using T = float4;
 };
 
-template <int D, int kStyle, bool kVecLoad>
+template <int D, int kStyle, bool kVecLoad, bool kBatch>
 __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p) {
   constexpr int E = D / 32;  // elements per lane
   constexpr int kHalf = D / 2;
   __shared__ float s_cos[kHalf], s_sin[kHalf];
 
   const int m = int(blockIdx.x);
-  const int pos = *p.past + m;
+  // Where token m goes: its position and its (context's, layer's) cache.
+  int pos, max_seq;
+  __half *k_cache, *v_cache;
+  if constexpr (kBatch) {
+    const SeqDesc s = p.seqs[p.token_seq[m]];
+    pos = s.past + (m - s.start);
+    max_seq = s.max_seq;
+    const size_t layer_off = size_t(p.layer) * p.n_kv_heads * size_t(s.max_seq) * D;
+    k_cache = s.k_cache + layer_off;
+    v_cache = s.v_cache + layer_off;
+  } else {
+    pos = *p.past + m;
+    max_seq = p.max_seq;
+    k_cache = p.k_cache;
+    v_cache = p.v_cache;
+  }
   for (int i = int(threadIdx.x); i < kHalf; i += kWarps * 32) {
     const double ang = double(pos) * p.inv_freq[i];
     const double turns = rint(ang * 0.15915494309189535);  // 1 / (2 pi)
@@ -134,8 +153,8 @@ __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p
   if (kind == 0) {
     dst = p.q_out + (size_t(m) * p.n_heads + h) * D;
   } else {
-    if (pos < 0 || pos >= p.max_seq) return;  // out of the cache: nothing to write
-    dst = (kind == 1 ? p.k_cache : p.v_cache) + (size_t(h) * p.max_seq + pos) * D;
+    if (pos < 0 || pos >= max_seq) return;  // out of the cache: nothing to write
+    dst = (kind == 1 ? k_cache : v_cache) + (size_t(h) * max_seq + pos) * D;
   }
   dst += lane * E;
   if constexpr (E == 4) {
@@ -164,19 +183,20 @@ const double* inv_freq_table(float theta, int head_dim) {
   return c_tab;
 }
 
-template <int D, int kStyle, bool kVecLoad>
+template <int D, int kStyle, bool kVecLoad, bool kBatch>
 cudaError_t launch(const RopeParams& p, cudaStream_t stream) {
   const int n_vec = p.n_heads + 2 * p.n_kv_heads;
   const dim3 grid(unsigned(p.M), unsigned((n_vec + kWarps - 1) / kWarps));
-  qk_rope_kernel<D, kStyle, kVecLoad><<<grid, kWarps * 32, 0, stream>>>(p);
+  qk_rope_kernel<D, kStyle, kVecLoad, kBatch><<<grid, kWarps * 32, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
-template <int D>
+template <int D, bool kBatch>
 cudaError_t dispatch(const RopeParams& p, int style, bool vec, cudaStream_t stream) {
   if (style == QSP_ROPE_NEOX)
-    return vec ? launch<D, QSP_ROPE_NEOX, true>(p, stream) : launch<D, QSP_ROPE_NEOX, false>(p, stream);
-  return vec ? launch<D, QSP_ROPE_INTERLEAVED, true>(p, stream) : launch<D, QSP_ROPE_INTERLEAVED, false>(p, stream);
+    return vec ? launch<D, QSP_ROPE_NEOX, true, kBatch>(p, stream) : launch<D, QSP_ROPE_NEOX, false, kBatch>(p, stream);
+  return vec ? launch<D, QSP_ROPE_INTERLEAVED, true, kBatch>(p, stream)
+             : launch<D, QSP_ROPE_INTERLEAVED, false, kBatch>(p, stream);
 }
 
 bool aligned(const void* ptr, size_t a) { return (reinterpret_cast<uintptr_t>(ptr) % a) == 0; }
@@ -184,9 +204,12 @@ bool aligned(const void* ptr, size_t a) { return (reinterpret_cast<uintptr_t>(pt
 }  // namespace
 
 cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream) {
-  if (!a.qkv || !a.q_out || !a.k_cache || !a.v_cache || !a.past) return cudaErrorInvalidValue;
+  const bool batch = a.seqs != nullptr;
+  if (!a.qkv || !a.q_out) return cudaErrorInvalidValue;
+  if (batch ? !a.token_seq || a.layer < 0 : !a.k_cache || !a.v_cache || !a.past || a.max_seq < 1)
+    return cudaErrorInvalidValue;
   if (a.head_dim != 64 && a.head_dim != 128) return cudaErrorInvalidValue;
-  if (a.M < 1 || a.n_heads < 1 || a.n_kv_heads < 1 || a.max_seq < 1) return cudaErrorInvalidValue;
+  if (a.M < 1 || a.n_heads < 1 || a.n_kv_heads < 1) return cudaErrorInvalidValue;
   if (a.rope_style != QSP_ROPE_NEOX && a.rope_style != QSP_ROPE_INTERLEAVED) return cudaErrorInvalidValue;
   if (!(a.theta > 0.0f) || !std::isfinite(a.theta) || !(a.eps >= 0.0f)) return cudaErrorInvalidValue;
   const int64_t qkv_cols = int64_t(a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
@@ -208,6 +231,9 @@ cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream) {
   p.k_cache = a.k_cache;
   p.v_cache = a.v_cache;
   p.past = a.past;
+  p.seqs = a.seqs;
+  p.token_seq = a.token_seq;
+  p.layer = a.layer;
   p.ld = a.ld;
   p.M = a.M;
   p.n_heads = a.n_heads;
@@ -217,8 +243,11 @@ cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream) {
   const double* tab = inv_freq_table(a.theta, a.head_dim);
   for (int i = 0; i < a.head_dim / 2; ++i) p.inv_freq[i] = tab[i];
   for (int i = a.head_dim / 2; i < kMaxHeadDim / 2; ++i) p.inv_freq[i] = 0.0;
-  return a.head_dim == 128 ? dispatch<128>(p, a.rope_style, vec, stream)
-                           : dispatch<64>(p, a.rope_style, vec, stream);
+  if (batch)
+    return a.head_dim == 128 ? dispatch<128, true>(p, a.rope_style, vec, stream)
+                             : dispatch<64, true>(p, a.rope_style, vec, stream);
+  return a.head_dim == 128 ? dispatch<128, false>(p, a.rope_style, vec, stream)
+                           : dispatch<64, false>(p, a.rope_style, vec, stream);
 }
 
 }  // namespace kern

@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #include "common/parallel.h"
 #include "kernels/kernels.h"
@@ -28,6 +27,8 @@ namespace kern {
 //   bytes(rows, cols) bytes of the device layout of a rows x cols matrix
 //   scales_offset(rows, cols)  byte offset of the scale array (0: none)
 //   repack(dtype, src, rows, cols, dst)  GGUF bytes -> the device layout
+//   kColsMultiple     optional: K must be a multiple of it (the K-quants:
+//                     256); 32 where absent (qw::ColsMultiple, gemm_supported)
 //  Layout
 //   kRowMajor         plain row-major fp16 (true) or the tiled units of
 //                     qweight_layout.h (false): kUnit bytes of packed
@@ -127,12 +128,32 @@ __device__ __forceinline__ void dq_q8(uint32_t qg, uint32_t qg8, uint32_t sc, ui
 }  // namespace kern
 }  // namespace qsp
 
+// ---- Column granularity of a format (K-quants) -----------------------------------------
+// WTraits<F>::kColsMultiple where a format declares it (the K-quants: 256,
+// one GGML super-block spans four chunks), else 32 (one quant block).
+namespace qsp {
+namespace kern {
+namespace qw {
+
+template <class T, class = void>
+struct ColsMultiple {
+  static constexpr int value = 32;
+};
+template <class T>
+struct ColsMultiple<T, decltype(void(T::kColsMultiple))> {
+  static constexpr int value = T::kColsMultiple;
+};
+
+}  // namespace qw
+}  // namespace kern
+}  // namespace qsp
+
 // ==== Legacy 32-block formats with a min or a fifth bit: Q4_1, Q5_0, Q5_1 ====
 // (kernels/formats/q4_1.cuh, q5_0.cuh, q5_1.cuh). Their units keep Q4_0's
 // nibble word per lane (qweight_layout.h); Q5_x add one 32-bit word of high
 // bits per lane, Q4_1 / Q5_1 an fp16 min array next to the d array. The
 // decoders below are QSP_HD: the kernels run them, and
-// tests/test_kernel_formats.cu runs the very same functions on the CPU for
+// tests/kernel_formats/test_legacy_q2k_q3k.cu runs the very same functions on the CPU for
 // every lane and k step. Only the f16x2 arithmetic itself differs: PTX on the
 // device, an exact host emulation (double, then one rounding to fp16, which
 // is what the PTX ops compute) on the host.
@@ -336,17 +357,6 @@ void repack_legacy(int64_t rows, int64_t cols, uint8_t* dst, int unit, int scale
 namespace qsp {
 namespace kern {
 namespace qw {
-
-// The K multiple a format needs (gemm_supported): its traits' kKMultiple
-// where it declares one, else 32 (whole 32-blocks).
-template <class T, class = void>
-struct KMultiple {
-  static constexpr int value = 32;
-};
-template <class T>
-struct KMultiple<T, std::void_t<decltype(T::kKMultiple)>> {
-  static constexpr int value = T::kKMultiple;
-};
 
 namespace hd {
 

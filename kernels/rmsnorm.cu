@@ -33,10 +33,10 @@ __device__ __forceinline__ float block_sum(float v, float* s_red) {
 template <int kVec>
 __global__ void __launch_bounds__(kThreads) rmsnorm_vec_kernel(const float* __restrict__ x, int ldx,
                                                                const float* __restrict__ w, __half* __restrict__ y,
-                                                               int dim, float eps) {
+                                                               int dim, float eps, const int32_t* __restrict__ rows) {
   __shared__ float s_red[kThreads / 32];
   const int row = int(blockIdx.x);
-  const float4* xr = reinterpret_cast<const float4*>(x + size_t(row) * ldx);
+  const float4* xr = reinterpret_cast<const float4*>(x + size_t(rows ? rows[row] : row) * ldx);
   const float4* w4 = reinterpret_cast<const float4*>(w);
   const int n4 = dim / 4;
   float4 v[kVec];
@@ -69,10 +69,11 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_vec_kernel(const float* __re
 
 __global__ void __launch_bounds__(kThreads) rmsnorm_scalar_kernel(const float* __restrict__ x, int ldx,
                                                                   const float* __restrict__ w,
-                                                                  __half* __restrict__ y, int dim, float eps) {
+                                                                  __half* __restrict__ y, int dim, float eps,
+                                                                  const int32_t* __restrict__ rows) {
   __shared__ float s_red[kThreads / 32];
   const int row = int(blockIdx.x);
-  const float* xr = x + size_t(row) * ldx;
+  const float* xr = x + size_t(rows ? rows[row] : row) * ldx;
   float ss = 0.0f;
   for (int i = int(threadIdx.x); i < dim; i += kThreads) ss = fmaf(xr[i], xr[i], ss);
   const float scale = 1.0f / sqrtf(block_sum(ss, s_red) / float(dim) + eps);
@@ -85,7 +86,7 @@ bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % 
 }  // namespace
 
 cudaError_t rmsnorm_f16(const float* x, int32_t ldx, const float* w, __half* y, int32_t M, int32_t dim, float eps,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const int32_t* rows) {
   if (!x || !w || !y || M < 1 || dim < 1 || ldx < dim || !(eps >= 0.0f)) return cudaErrorInvalidValue;
   const int n4 = dim / 4;
   const bool vec = dim % 4 == 0 && ldx % 4 == 0 && aligned(x, 16) && aligned(w, 16) && aligned(y, 8);
@@ -93,15 +94,15 @@ cudaError_t rmsnorm_f16(const float* x, int32_t ldx, const float* w, __half* y, 
   if (vec && n4 <= kThreads * kMaxVec) {
     // The fewest registers that hold the row: 1, 2, 4 or 8 float4s per thread.
     if (n4 <= kThreads)
-      rmsnorm_vec_kernel<1><<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps);
+      rmsnorm_vec_kernel<1><<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps, rows);
     else if (n4 <= 2 * kThreads)
-      rmsnorm_vec_kernel<2><<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps);
+      rmsnorm_vec_kernel<2><<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps, rows);
     else if (n4 <= 4 * kThreads)
-      rmsnorm_vec_kernel<4><<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps);
+      rmsnorm_vec_kernel<4><<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps, rows);
     else
-      rmsnorm_vec_kernel<8><<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps);
+      rmsnorm_vec_kernel<8><<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps, rows);
   } else {
-    rmsnorm_scalar_kernel<<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps);
+    rmsnorm_scalar_kernel<<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps, rows);
   }
   return cudaGetLastError();
 }

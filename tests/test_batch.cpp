@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "batch_check.h"
+#include "support/batch.h"
 #include "support/model.h"
 #include "qsp/qsp.h"
 

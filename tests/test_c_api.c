@@ -426,6 +426,48 @@ static int tiny_v1_logits(float* out) {
   return ok;
 }
 
+/* qsp_prefill_batch from C99: two contexts of one model, a prompt and a
+ * decode step, equal to the same pieces through qsp_prefill. */
+static void test_batch(const model* m) {
+  qsp_context *a = create_model_context(m), *b = create_model_context(m), *t = create_model_context(m);
+  qsp_batch_seq seqs[2];
+  float la[VOCAB], lt[VOCAB];
+  int32_t ga = -1, gt = -2;
+  uint32_t len = 0;
+  if (!a || !b || !t) {
+    EXPECT(0);
+    qsp_context_destroy(a);
+    qsp_context_destroy(b);
+    qsp_context_destroy(t);
+    return;
+  }
+  EXPECT_OK(qsp_prefill(b, kPrompt, 7));
+  memset(seqs, 0, sizeof seqs);
+  seqs[0].ctx = a;
+  seqs[0].tokens = kPrompt;
+  seqs[0].n_tokens = 12;
+  seqs[1].ctx = b;
+  seqs[1].tokens = kPrompt + 7;
+  seqs[1].n_tokens = 1;
+  EXPECT_OK(qsp_prefill_batch(seqs, 2, (uint32_t)sizeof(qsp_batch_seq)));
+  EXPECT_OK(qsp_kv_length(b, &len));
+  EXPECT(len == 8);
+  EXPECT_OK(qsp_prefill(t, kPrompt, 8));
+  EXPECT(copy_logits(b, la) && copy_logits(t, lt));
+  EXPECT(memcmp(la, lt, sizeof la) == 0);
+  EXPECT_OK(qsp_greedy_token(b, &ga));
+  EXPECT_OK(qsp_greedy_token(t, &gt));
+  EXPECT(ga == gt);
+  /* The same context twice: refused, naming the sequence; nothing changed. */
+  seqs[1].ctx = a;
+  EXPECT_ERR(a, QSP_ERR_INVALID_ARGUMENT, "sequence 1", qsp_prefill_batch(seqs, 2, (uint32_t)sizeof(qsp_batch_seq)));
+  EXPECT_OK(qsp_kv_length(a, &len));
+  EXPECT(len == 12);
+  qsp_context_destroy(a);
+  qsp_context_destroy(b);
+  qsp_context_destroy(t);
+}
+
 static void test_tiny_v1(const char* path) {
   float a[256], b[256];
   int i, finite = 1;
@@ -461,6 +503,7 @@ int main(int argc, char** argv) {
   test_embedding_format(&m, QSP_DTYPE_F32, HANDLE_BASE + 0x1003);
   test_errors(&m);
   test_info_and_logging(&m);
+  test_batch(&m);
   test_tiny_v1(argc > 1 ? argv[1] : NULL);
   free_model(&m);
   if (g_failures) {

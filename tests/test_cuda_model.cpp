@@ -100,12 +100,6 @@ struct Poison : ScopedEnv {
   Poison() : ScopedEnv("QSP_POISON", "1") {}
 };
 
-void compare_model(const TestModel& m, const std::vector<uint32_t>& lengths);
-
-void compare_lengths(const ModelSpec& spec, const std::vector<uint32_t>& lengths) {
-  compare_model(make_model(spec), lengths);
-}
-
 // The projections of layer l get dtype types[l % size][slot] (slots kWq, kWk,
 // kWv, kWo, kWGate / kWUp (one dtype: the SwiGLU pair shares a format),
 // kWDown), freshly drawn like make_model's; the embedding / LM head too.
@@ -136,7 +130,7 @@ void retype(TestModel& m, const std::vector<LayerTypes>& types, int32_t embd, in
   }
 }
 
-void compare_model(const TestModel& m, const std::vector<uint32_t>& lengths) {
+void compare_model(const TestModel& m, const char* label, const std::vector<uint32_t>& lengths, double tol = 1e-2) {
   const ModelSpec& spec = m.spec;
   Poison poison;
   qsp_context* cpu = m.create(QSP_BACKEND_CPU);
@@ -144,14 +138,13 @@ void compare_model(const TestModel& m, const std::vector<uint32_t>& lengths) {
   REQUIRE(cpu);
   REQUIRE(gpu);
   for (uint32_t n : lengths) {
-    std::printf("  %s %s n=%u\n", spec.qwen3 ? "qwen3" : "llama",
-                spec.wtype < 0 ? "mixed" : qsp_dtype_name(spec.wtype), n);
+    std::printf("  %s %s n=%u\n", spec.qwen3 ? "qwen3" : "llama", label, n);
     std::vector<int32_t> tokens = random_tokens(n, spec.vocab, spec.seed * 1000 + n);
     REQUIRE(qsp_kv_clear(cpu) == QSP_OK);
     REQUIRE(qsp_kv_clear(gpu) == QSP_OK);
     Logits ref = run(cpu, tokens, {n});
     Logits one = run(gpu, tokens, {n});
-    check_close(one, ref);
+    check_close(one, ref, tol);
     if (n >= 3) {
       // The same prompt in uneven chunks: positions continue from the cache.
       REQUIRE(qsp_kv_clear(gpu) == QSP_OK);
@@ -165,7 +158,71 @@ void compare_model(const TestModel& m, const std::vector<uint32_t>& lengths) {
   qsp_context_destroy(gpu);
 }
 
+void compare_lengths(const ModelSpec& spec, const std::vector<uint32_t>& lengths) {
+  TestModel m = make_model(spec);
+  compare_model(m, spec.wtype < 0 ? "mixed" : qsp_dtype_name(spec.wtype), lengths);
+}
+
+// A K-quant mix as llama.cpp's quantizer writes it: `main` for most matrices
+// and the embedding, `big` for every ffn_down and the (untied) LM head
+// (Q4_K_M: Q4_K + Q6_K; Q5_K_M: Q5_K + Q6_K). Built from a spec of `main`,
+// then those tensors re-drawn in `big` under the same handles.
+TestModel kquant_mix_model(ModelSpec spec, int32_t main, int32_t big) {
+  spec.wtype = main;
+  spec.embd_type = main;
+  spec.tied = false;
+  TestModel m = make_model(spec);
+  std::mt19937_64 rng(spec.seed * 7919 + 3);
+  const uint64_t H = spec.hidden;
+  for (auto& L : m.layers) {
+    HostTensor& d = L[kWDown];
+    d = make_tensor(rng, d.handle, big, d.rows, d.cols, 0.0f, 0.6f / std::sqrt(float(spec.ffn)));
+  }
+  m.lm_head = make_tensor(rng, m.lm_head.handle, big, spec.vocab, H, 0.0f, 2.0f / std::sqrt(float(H)));
+  return m;
+}
+
 }  // namespace
+
+// The bar for the K-quant mixes: last-token logits within rel L2 2e-3
+// of the CPU reference and the same greedy token (check_close), one-shot and
+// chunked, odd token counts.
+TEST_CASE("cuda model: Qwen3 shape, Q4_K_M-like mix (Q4_K, ffn_down and LM head Q6_K)", "[gpu][model][kquant]") {
+  QSP_REQUIRE_GPU();
+  compare_model(kquant_mix_model(qwen3_shape(QSP_DTYPE_Q4_K, 61), QSP_DTYPE_Q4_K, QSP_DTYPE_Q6_K), "q4_K_m-like",
+                {1, 3, 17, 100, 513, 2048}, 2e-3);
+}
+
+TEST_CASE("cuda model: Llama style, Q5_K_M-like and Q6_K", "[gpu][model][kquant]") {
+  QSP_REQUIRE_GPU();
+  compare_model(kquant_mix_model(llama_shape(QSP_DTYPE_Q5_K, 62), QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K), "q5_K_m-like",
+                {1, 17, 513}, 2e-3);
+  compare_model(kquant_mix_model(llama_shape(QSP_DTYPE_Q6_K, 63), QSP_DTYPE_Q6_K, QSP_DTYPE_Q6_K), "q6_K",
+                {3, 100}, 2e-3);
+  compare_model(kquant_mix_model(llama_shape(QSP_DTYPE_Q4_K, 64), QSP_DTYPE_Q4_K, QSP_DTYPE_Q6_K), "q4_K_m-like",
+                {3, 100, 2048}, 2e-3);
+}
+
+TEST_CASE("cuda model: decode steps of a Q4_K_M-like model follow the CPU", "[gpu][model][decode][kquant]") {
+  QSP_REQUIRE_GPU();
+  Poison poison;
+  TestModel m = kquant_mix_model(llama_shape(QSP_DTYPE_Q4_K, 65), QSP_DTYPE_Q4_K, QSP_DTYPE_Q6_K);
+  qsp_context* cpu = m.create(QSP_BACKEND_CPU);
+  qsp_context* gpu = m.create(QSP_BACKEND_CUDA);
+  REQUIRE(cpu);
+  REQUIRE(gpu);
+  std::vector<int32_t> prompt = random_tokens(17, m.spec.vocab, 78);
+  Logits ref = run(cpu, prompt, {17});
+  check_close(run(gpu, prompt, {17}), ref, 2e-3);
+  for (int step = 0; step < 8; ++step) {  // the decode graph: captured once, replayed
+    std::vector<int32_t> t{ref.greedy};
+    Logits r = run(cpu, t, {1});
+    check_close(run(gpu, t, {1}), r, 2e-3);
+    ref = r;
+  }
+  qsp_context_destroy(cpu);
+  qsp_context_destroy(gpu);
+}
 
 TEST_CASE("cuda model: Qwen3 shape, Q4_0, one-shot and chunked", "[gpu][model]") {
   QSP_REQUIRE_GPU();
@@ -197,44 +254,69 @@ TEST_CASE("cuda model: Llama style, Q8_0 and mixed", "[gpu][model]") {
 // layers with legacy fallbacks), Q | K | V grouped (one format) and not.
 TEST_CASE("cuda model: Qwen3 shape, mixed Q4_1 / Q5_0 / Q5_1 layers", "[gpu][model][legacy]") {
   QSP_REQUIRE_GPU();
-  TestModel m = make_model(qwen3_shape(QSP_DTYPE_Q4_0, 61));
+  TestModel m = make_model(qwen3_shape(QSP_DTYPE_Q4_0, 71));
   retype(m,
          {{QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1, QSP_DTYPE_Q4_1},
           {QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1}},
          QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_1);  // tied: the Q5_1 embedding is the LM head
-  compare_model(m, {1, 3, 17, 100, 513, 2048});
+  compare_model(m, "q4_1/q5_0/q5_1 mix", {1, 3, 17, 100, 513, 2048}, 2e-3);
 }
 
 TEST_CASE("cuda model: Llama style, mixed Q4_1 / Q5_0 / Q5_1", "[gpu][model][legacy]") {
   QSP_REQUIRE_GPU();
-  TestModel m = make_model(llama_shape(QSP_DTYPE_Q4_0, 62));
+  TestModel m = make_model(llama_shape(QSP_DTYPE_Q4_0, 72));
   retype(m,
          {{QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0},
           {QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1}},
          QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0);
-  compare_model(m, {1, 17, 513});
+  compare_model(m, "q4_1/q5_0/q5_1 mix", {1, 17, 513}, 2e-3);
 }
 
 // As llama-quantize's Q2_K / Q3_K_M: K-quant projections with legacy
 // fallbacks, every format of this group in some slot.
 TEST_CASE("cuda model: Qwen3 shape, mixed Q2_K / Q3_K / legacy layers", "[gpu][model][kquant]") {
   QSP_REQUIRE_GPU();
-  TestModel m = make_model(qwen3_shape(QSP_DTYPE_Q4_0, 63));
+  TestModel m = make_model(qwen3_shape(QSP_DTYPE_Q4_0, 73));
   retype(m,
          {{QSP_DTYPE_Q3_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K},
           {QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_1}},
          QSP_DTYPE_Q3_K, QSP_DTYPE_Q3_K);  // tied
-  compare_model(m, {1, 3, 17, 100, 513, 2048});
+  compare_model(m, "q2_K/q3_K/legacy mix", {1, 3, 17, 100, 513, 2048}, 2e-3);
 }
 
 TEST_CASE("cuda model: Llama style, mixed Q2_K / Q3_K", "[gpu][model][kquant]") {
   QSP_REQUIRE_GPU();
-  TestModel m = make_model(llama_shape(QSP_DTYPE_Q4_0, 64));
+  TestModel m = make_model(llama_shape(QSP_DTYPE_Q4_0, 74));
   retype(m,
          {{QSP_DTYPE_Q2_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K},
           {QSP_DTYPE_Q3_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q3_K, QSP_DTYPE_Q2_K}},
          QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K);
-  compare_model(m, {1, 17, 513});
+  compare_model(m, "q2_K/q3_K mix", {1, 17, 513}, 2e-3);
+}
+
+TEST_CASE("cuda model: decode steps of a Q2_K / Q3_K / legacy mix follow the CPU", "[gpu][model][decode][kquant]") {
+  QSP_REQUIRE_GPU();
+  Poison poison;
+  TestModel m = make_model(llama_shape(QSP_DTYPE_Q4_0, 75));
+  retype(m,
+         {{QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_0, QSP_DTYPE_Q2_K, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1},
+          {QSP_DTYPE_Q2_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q5_1, QSP_DTYPE_Q3_K, QSP_DTYPE_Q4_1}},
+         QSP_DTYPE_Q5_0, QSP_DTYPE_Q3_K);
+  qsp_context* cpu = m.create(QSP_BACKEND_CPU);
+  qsp_context* gpu = m.create(QSP_BACKEND_CUDA);
+  REQUIRE(cpu);
+  REQUIRE(gpu);
+  std::vector<int32_t> prompt = random_tokens(17, m.spec.vocab, 79);
+  Logits ref = run(cpu, prompt, {17});
+  check_close(run(gpu, prompt, {17}), ref, 2e-3);
+  for (int step = 0; step < 8; ++step) {  // the decode graph: captured once, replayed
+    std::vector<int32_t> t{ref.greedy};
+    Logits r = run(cpu, t, {1});
+    check_close(run(gpu, t, {1}), r, 2e-3);
+    ref = r;
+  }
+  qsp_context_destroy(cpu);
+  qsp_context_destroy(gpu);
 }
 
 TEST_CASE("cuda model: decode steps through the CUDA graph follow the CPU", "[gpu][model][decode]") {

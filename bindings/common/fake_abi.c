@@ -40,6 +40,7 @@ void qsp_cache_stats_init(qsp_cache_stats* s) { (void)s; }
 qsp_status qsp_cache_stats_get(int32_t b, int32_t d, qsp_cache_stats* s) { (void)b; (void)d; (void)s; FAIL; }
 qsp_status qsp_prefill(qsp_context* c, const int32_t* t, uint32_t n) { (void)c; (void)t; (void)n; FAIL; }
 qsp_status qsp_prefill_embeddings(qsp_context* c, const float* h, uint32_t n) { (void)c; (void)h; (void)n; FAIL; }
+qsp_status qsp_prefill_batch(const qsp_batch_seq* s, uint32_t n, uint32_t z) { (void)s; (void)n; (void)z; FAIL; }
 qsp_status qsp_get_logits(qsp_context* c, const float** l, uint32_t* n) { (void)c; (void)l; (void)n; FAIL; }
 qsp_status qsp_copy_logits(qsp_context* c, float* o, uint64_t n) { (void)c; (void)o; (void)n; FAIL; }
 qsp_status qsp_greedy_token(qsp_context* c, int32_t* t) { (void)c; (void)t; FAIL; }

@@ -45,6 +45,12 @@ static int write_layout(const char* path) {
   OF(qsp_context_params, log_user_data);
   OF(qsp_context_params, log_level);
   OF(qsp_context_params, reserved1);
+  SZ(qsp_batch_seq);
+  OF(qsp_batch_seq, ctx);
+  OF(qsp_batch_seq, tokens);
+  OF(qsp_batch_seq, embeddings);
+  OF(qsp_batch_seq, n_tokens);
+  OF(qsp_batch_seq, flags);
   SZ(qsp_context_info);
   OF(qsp_context_info, struct_size);
   OF(qsp_context_info, backend);

@@ -14,7 +14,9 @@
 //   touches the library: every entry point then throws QspAbiException on a
 //   mismatch (DllNotFoundException when it is missing).
 using System;
+using System.Collections.Generic;
 using System.Runtime.InteropServices;
+using System.Threading;
 using Microsoft.Win32.SafeHandles;
 
 namespace Qsp
@@ -213,6 +215,20 @@ namespace Qsp
             public ulong n_hits;
         }
 
+        /// <summary>One piece of qsp_prefill_batch (since 1.1).</summary>
+        [StructLayout(LayoutKind.Sequential)]
+        public struct qsp_batch_seq
+        {
+            public IntPtr ctx;          // qsp_context*
+            public IntPtr tokens;       // const int32_t*, or zero
+            public IntPtr embeddings;   // const float*, or zero
+            public uint n_tokens;
+            public uint flags;
+        }
+
+        /// <summary>The first library version with qsp_prefill_batch (1.1.0).</summary>
+        public const uint PrefillBatchVersion = 10100;
+
         // ---- loading -------------------------------------------------------
         static readonly Exception loadError;
 
@@ -277,6 +293,8 @@ namespace Qsp
         [DllImport(Lib)] public static extern int qsp_cache_stats_get(int backend, int device_index, ref qsp_cache_stats s);
         [DllImport(Lib)] public static extern int qsp_prefill(ContextHandle ctx, int[] tokens, uint n_tokens);
         [DllImport(Lib)] public static extern int qsp_prefill_embeddings(ContextHandle ctx, float[] hidden, uint n_tokens);
+        // Since 1.1: resolved at the first call (Context.PrefillBatch checks the version first).
+        [DllImport(Lib)] public static extern int qsp_prefill_batch([In] qsp_batch_seq[] seqs, uint n_seqs, uint seq_size);
         [DllImport(Lib)] public static extern int qsp_get_logits(ContextHandle ctx, out IntPtr logits, out uint n_vocab);
         [DllImport(Lib)] public static extern int qsp_copy_logits(ContextHandle ctx, [Out] float[] dst, ulong capacity);
         [DllImport(Lib)] public static extern int qsp_greedy_token(ContextHandle ctx, out int token);
@@ -420,12 +438,127 @@ namespace Qsp
         }
     }
 
+    /// <summary>One piece of Context.PrefillBatch: new tokens for one context,
+    /// as token ids or as hidden states (HiddenSize floats per token,
+    /// row-major). One token is a decode step, many a prompt (or a chunk).</summary>
+    public struct BatchPiece
+    {
+        public readonly Context Context;
+        public readonly int[] Tokens;
+        public readonly float[] Embeddings;
+
+        public BatchPiece(Context context, int[] tokens)
+        {
+            Context = context;
+            Tokens = tokens;
+            Embeddings = null;
+        }
+
+        public BatchPiece(Context context, float[] embeddings)
+        {
+            Context = context;
+            Tokens = null;
+            Embeddings = embeddings;
+        }
+    }
+
     /// <summary>A qsp context: a model shape, its weights and a KV cache.</summary>
     public sealed partial class Context : IDisposable
     {
+        static long nextOrder;
         readonly ContextHandle h;
         readonly object gate = new object();
         readonly uint hiddenSize;
+        // The order in which PrefillBatch takes the contexts' locks (no
+        // deadlock between concurrent batches sharing contexts).
+        readonly long order = Interlocked.Increment(ref nextOrder);
+
+        /// <summary>Advances several contexts in one call (qsp_prefill_batch):
+        /// each piece as Prefill (or PrefillEmbeddings) of its context would;
+        /// afterwards each context has its own logits and greedy token. The
+        /// contexts must share one model (the same weights on the same backend
+        /// and device) and appear at most once. Everything is checked before
+        /// anything changes: on an error (a token out of range, a full context,
+        /// the same context twice, ...) it throws QspException whose message
+        /// names the offending piece, 0-based ("sequence 1: ..."), and every
+        /// context is as it was. The token and embedding arrays are pinned for
+        /// the call; every context's lock is held during it. Needs libqsp >=
+        /// 1.1: with 1.0 it throws QspException (Unsupported) and changes
+        /// nothing (every other call works with 1.0).</summary>
+        public static void PrefillBatch(params BatchPiece[] pieces)
+        {
+            if (pieces == null) throw new ArgumentNullException("pieces");
+            Native.CheckAbi();
+            uint version = Native.qsp_version_number();
+            if (version < Native.PrefillBatchVersion)
+                throw new QspException(Status.Unsupported, string.Format(
+                    "PrefillBatch needs libqsp >= 1.1.0 (qsp_prefill_batch); the loaded library is {0}",
+                    Native.Str(Native.qsp_version_string())));
+            var seqs = new Native.qsp_batch_seq[pieces.Length];
+            var contexts = new List<Context>(pieces.Length);
+            for (int i = 0; i < pieces.Length; ++i)
+            {
+                var pc = pieces[i];
+                if (pc.Context == null)
+                    throw new ArgumentException(string.Format("sequence {0}: no context", i), "pieces");
+                if (pc.Tokens == null && pc.Embeddings == null)
+                    throw new ArgumentException(string.Format("sequence {0}: no tokens or embeddings", i), "pieces");
+                if (pc.Embeddings != null)
+                {
+                    uint hs = pc.Context.hiddenSize;
+                    if (hs == 0 || pc.Embeddings.Length % hs != 0)
+                        throw new QspException(Status.InvalidArgument, string.Format(
+                            "sequence {0}: {1} values are not a whole number of {2}-wide rows", i, pc.Embeddings.Length, hs));
+                    seqs[i].n_tokens = (uint)(pc.Embeddings.Length / hs);
+                }
+                else
+                {
+                    seqs[i].n_tokens = (uint)pc.Tokens.Length;
+                }
+                if (!contexts.Contains(pc.Context)) contexts.Add(pc.Context);
+            }
+            contexts.Sort((a, b) => a.order.CompareTo(b.order));
+            var pins = new List<GCHandle>(pieces.Length);
+            var refs = new List<ContextHandle>(contexts.Count);
+            int locked = 0;
+            try
+            {
+                foreach (var c in contexts)
+                {
+                    Monitor.Enter(c.gate);
+                    ++locked;
+                }
+                for (int i = 0; i < pieces.Length; ++i)
+                    if (pieces[i].Context.h.IsClosed)
+                        throw new ObjectDisposedException("Qsp.Context", string.Format("sequence {0}: the Context is disposed", i));
+                foreach (var c in contexts)
+                {
+                    bool added = false;
+                    c.h.DangerousAddRef(ref added);  // throws ObjectDisposedException for a disposed one
+                    if (added) refs.Add(c.h);
+                }
+                for (int i = 0; i < pieces.Length; ++i)
+                {
+                    seqs[i].ctx = pieces[i].Context.h.DangerousGetHandle();
+                    object data = (object)pieces[i].Tokens ?? pieces[i].Embeddings;
+                    var pin = GCHandle.Alloc(data, GCHandleType.Pinned);
+                    pins.Add(pin);
+                    // An empty array has no element to point at: a non-zero
+                    // pointer with n_tokens 0, for the library to refuse.
+                    IntPtr p = pin.AddrOfPinnedObject();
+                    if (pieces[i].Tokens != null) seqs[i].tokens = p; else seqs[i].embeddings = p;
+                }
+                int st = Native.qsp_prefill_batch(seqs, (uint)seqs.Length,
+                                                  (uint)Marshal.SizeOf(typeof(Native.qsp_batch_seq)));
+                Native.CheckGlobal(st);
+            }
+            finally
+            {
+                foreach (var pin in pins) pin.Free();
+                foreach (var r in refs) r.DangerousRelease();
+                for (int k = locked - 1; k >= 0; --k) Monitor.Exit(contexts[k].gate);
+            }
+        }
 
         public Context(ContextParams p)
         {

@@ -7,6 +7,9 @@
 // goroutines (different contexts run concurrently). Every failing call returns
 // an *Error carrying the library's Status and message.
 //
+// PrefillBatch advances several contexts of one model in one call
+// (qsp_prefill_batch); it makes the package need libqsp >= 1.1.
+//
 // The loaded library's ABI version is checked when the package initializes:
 // if it is not ABIVersion, CheckABI, NewContext and GetCacheStats return an
 // *Error (StatusUnsupported) that says so.
@@ -56,6 +59,13 @@ static qsp_status goqsp_upload_embedding(qsp_context* ctx, const qsp_tensor* t, 
 	return qsp_upload_embedding(ctx, &e);
 }
 
+// qsp_prefill_batch with its message copied in the same call (thread-local).
+static qsp_status goqsp_prefill_batch(const qsp_batch_seq* seqs, uint32_t n, char** msg) {
+	qsp_status st = qsp_prefill_batch(seqs, n, (uint32_t)sizeof(qsp_batch_seq));
+	*msg = goqsp_dup_last_error(st);
+	return st;
+}
+
 static qsp_status goqsp_upload_output(qsp_context* ctx, const qsp_output_weights* w, const void* dn, const void* dh) {
 	qsp_output_weights o = *w;
 	o.norm.data = dn;
@@ -68,6 +78,7 @@ import "C"
 import (
 	"fmt"
 	"runtime"
+	"sort"
 	"sync"
 	"unsafe"
 )
@@ -507,6 +518,114 @@ func (c *Context) PrefillEmbeddings(hidden []float32) error {
 		return C.qsp_prefill_embeddings(p, (*C.float)(unsafe.Pointer(&hidden[0])), C.uint32_t(len(hidden)/h))
 	})
 	runtime.KeepAlive(hidden)
+	return err
+}
+
+// BatchPiece is one piece of PrefillBatch: new tokens for one context, given
+// as token ids (Tokens) or as hidden states (Embeddings: one row of the
+// context's hidden size per token, row-major); exactly one of the two is set.
+// One token is a decode step, many a prompt (or a chunk of one).
+type BatchPiece struct {
+	Ctx        *Context
+	Tokens     []int32
+	Embeddings []float32
+}
+
+// batchVersion is the first libqsp version with qsp_prefill_batch (1.1.0).
+const batchVersion = 10100
+
+// PrefillBatch advances several contexts in one call (qsp_prefill_batch):
+// each piece as ctx.Prefill(piece.Tokens) (or PrefillEmbeddings) would, and
+// afterwards each context has its own logits and greedy token. The contexts
+// must share one model (the same weights on the same backend and device) and
+// appear at most once. Everything is checked before anything changes: on an
+// error (a token out of range, a full context, the same context twice, ...)
+// the returned *Error's message names the offending piece, 0-based
+// ("sequence 1: ..."), and every context is as it was.
+//
+// The pieces' tokens and hidden states are copied into C memory for the call
+// (cgo does not let C hold Go pointers inside a struct), and every context's
+// lock is held while it runs. Needs libqsp >= 1.1 (this package links
+// qsp_prefill_batch, symbol version QSP_1.1).
+func PrefillBatch(pieces []BatchPiece) error {
+	if abiErr != nil {
+		return abiErr
+	}
+	if v := uint32(C.qsp_version_number()); v < batchVersion {
+		return &Error{StatusUnsupported, fmt.Sprintf(
+			"PrefillBatch needs libqsp >= 1.1.0 (qsp_prefill_batch); the loaded library is %s", Version())}
+	}
+	if len(pieces) == 0 {
+		return &Error{StatusInvalidArgument, "PrefillBatch: no pieces"}
+	}
+	if uint64(len(pieces)) > 0xFFFFFFFF {
+		return &Error{StatusOutOfRange, fmt.Sprintf("%d pieces do not fit a uint32", len(pieces))}
+	}
+	// One C block: the seqs, then every piece's data, each 8-byte aligned.
+	seqSize := uintptr(C.sizeof_qsp_batch_seq)
+	total := seqSize * uintptr(len(pieces))
+	for i, pc := range pieces {
+		if pc.Ctx == nil {
+			return &Error{StatusInvalidArgument, fmt.Sprintf("sequence %d: no context", i)}
+		}
+		n := len(pc.Tokens)*4 + len(pc.Embeddings)*4
+		if h := int(pc.Ctx.hiddenSize); pc.Tokens == nil && h > 0 && len(pc.Embeddings)%h != 0 {
+			return &Error{StatusInvalidArgument, fmt.Sprintf("sequence %d: %d values are not a whole number of %d-wide rows",
+				i, len(pc.Embeddings), h)}
+		}
+		total += (uintptr(n) + 7) &^ 7
+	}
+	block := C.malloc(C.size_t(total))
+	if block == nil {
+		return &Error{StatusOutOfMemory, "PrefillBatch: out of memory"}
+	}
+	defer C.free(block)
+	seqs := unsafe.Slice((*C.qsp_batch_seq)(block), len(pieces))
+	data := unsafe.Add(block, seqSize*uintptr(len(pieces)))
+	for i, pc := range pieces {
+		s := &seqs[i]
+		*s = C.qsp_batch_seq{}
+		// Both or neither set: passed on as such, for the library to refuse.
+		if pc.Tokens != nil {
+			s.tokens = (*C.int32_t)(data)
+			copy(unsafe.Slice((*int32)(data), len(pc.Tokens)), pc.Tokens)
+			data = unsafe.Add(data, (len(pc.Tokens)*4+7)&^7)
+			s.n_tokens = C.uint32_t(len(pc.Tokens))
+		}
+		if pc.Embeddings != nil {
+			s.embeddings = (*C.float)(data)
+			copy(unsafe.Slice((*float32)(data), len(pc.Embeddings)), pc.Embeddings)
+			data = unsafe.Add(data, (len(pc.Embeddings)*4+7)&^7)
+			if pc.Tokens == nil && pc.Ctx.hiddenSize > 0 {
+				s.n_tokens = C.uint32_t(len(pc.Embeddings) / int(pc.Ctx.hiddenSize))
+			}
+		}
+	}
+	// Every context's lock, in address order (two batches sharing contexts
+	// cannot deadlock); a context listed twice is locked once, and the library
+	// refuses the batch.
+	ctxs := make([]*Context, 0, len(pieces))
+	seen := make(map[*Context]bool, len(pieces))
+	for _, pc := range pieces {
+		if !seen[pc.Ctx] {
+			seen[pc.Ctx] = true
+			ctxs = append(ctxs, pc.Ctx)
+		}
+	}
+	sort.Slice(ctxs, func(a, b int) bool { return uintptr(unsafe.Pointer(ctxs[a])) < uintptr(unsafe.Pointer(ctxs[b])) })
+	for _, c := range ctxs {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+	}
+	for i, pc := range pieces {
+		if pc.Ctx.ptr == nil {
+			return &Error{StatusInvalidArgument, fmt.Sprintf("sequence %d: the Context is closed", i)}
+		}
+		seqs[i].ctx = pc.Ctx.ptr
+	}
+	var msg *C.char
+	err := takeMessage(C.goqsp_prefill_batch(&seqs[0], C.uint32_t(len(pieces)), &msg), msg)
+	runtime.KeepAlive(pieces) // no finalizer while the C call runs
 	return err
 }
 

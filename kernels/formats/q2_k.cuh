@@ -31,7 +31,7 @@ template <>
 struct WTraits<WFormat::kQ2_K> {
   // ---- Host -------------------------------------------------------------------------------
   static bool serves(int32_t dtype) { return dtype == QSP_DTYPE_Q2_K; }
-  static constexpr int kKMultiple = 256;  // whole super-blocks
+  static constexpr int kColsMultiple = 256;  // whole super-blocks
   static constexpr int kUnit = 256;       // 16 x 64 x 2 bits
   static constexpr int kScaleUnit = 128;  // 64 scale bytes + 16 rows x (d, dmin)
   static constexpr int kBlockBytes = 84;  // GGUF: scales[16], qs[64], fp16 d, fp16 dmin

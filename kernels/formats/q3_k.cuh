@@ -31,7 +31,7 @@ template <>
 struct WTraits<WFormat::kQ3_K> {
   // ---- Host -------------------------------------------------------------------------------
   static bool serves(int32_t dtype) { return dtype == QSP_DTYPE_Q3_K; }
-  static constexpr int kKMultiple = 256;  // whole super-blocks
+  static constexpr int kColsMultiple = 256;  // whole super-blocks
   static constexpr int kUnit = 384;       // 16 x 64 x (2 + 1) bits
   static constexpr int kScaleUnit = 96;   // 64 scale codes + 16 rows x d
   static constexpr int kBlockBytes = 110; // GGUF: hmask[32], qs[64], scales[12], fp16 d

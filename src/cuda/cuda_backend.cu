@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -90,6 +91,8 @@ struct PinnedBuffer {
     if (ptr) cudaFreeHost(ptr);
   }
   void alloc(size_t n, const char* what) {
+    if (ptr) cudaFreeHost(ptr);
+    ptr = nullptr;
     cudaError_t e = cudaMallocHost(&ptr, n ? n : 1);
     if (e != cudaSuccess) {
       ptr = nullptr;
@@ -132,6 +135,46 @@ class CudaTensor : public Tensor {
 const CudaTensor& cu(const TensorRef& t) { return static_cast<const CudaTensor&>(*t); }
 const kern::DWeight& W(const TensorRef& t) { return cu(t).w; }
 const float* V(const TensorRef& t) { return t ? cu(t).vec : nullptr; }
+
+// The activations and metadata of batched passes (qsp_prefill_batch), one set
+// per device, shared by every context that leads a batch there: a server may
+// lead with any of its contexts, and per-context buffers of up to
+// kCudaChunk tokens each would multiply. Grown on demand, freed with the
+// last context that used it; a pass holds `mu` from its first copy to its
+// final synchronize.
+struct BatchSpace {
+  explicit BatchSpace(int device) : dev(device) {}
+  ~BatchSpace() {
+    int prev = -1;
+    cudaGetDevice(&prev);
+    cudaSetDevice(dev);
+    for (DeviceBuffer* b : {&x, &xn, &qkv, &q, &att, &act, &logits, &meta}) b->release();
+    if (prev >= 0) cudaSetDevice(prev);
+  }
+  // b holds at least n bytes afterwards (contents lost when it grows).
+  static void ensure(DeviceBuffer& b, size_t n, const char* what) {
+    if (b.bytes < n) b.alloc(n, what);
+  }
+
+  const int dev;
+  std::mutex mu;
+  DeviceBuffer x, xn, qkv, q, att, act, logits, meta;
+  PinnedBuffer h_meta;
+  size_t h_meta_bytes = 0;
+};
+
+std::shared_ptr<BatchSpace> batch_space(int dev) {
+  static std::mutex mu;
+  static std::vector<std::weak_ptr<BatchSpace>> spaces;
+  std::lock_guard<std::mutex> lock(mu);
+  if (spaces.size() <= size_t(dev)) spaces.resize(size_t(dev) + 1);
+  std::shared_ptr<BatchSpace> sp = spaces[size_t(dev)].lock();
+  if (!sp) {
+    sp = std::make_shared<BatchSpace>(dev);
+    spaces[size_t(dev)] = sp;
+  }
+  return sp;
+}
 
 // Tokens per chunk: bounds the activation scratch (about 90 KB per token for
 // an 8B-shaped model); longer prompts are split by the engine, attention
@@ -262,6 +305,154 @@ class CudaBackend final : public Backend {
     QSP_CUDA_CHECK(cudaGetLastError());
   }
 
+  // Tokens one batched pass holds: the batch space grows to this at most.
+  uint32_t max_batch_tokens() const override { return kCudaChunk; }
+
+  // One pass over the pieces of several contexts: the projections, norms and
+  // the LM head run once over all their tokens; QK-norm/RoPE and attention
+  // take each token's piece from a table (kern::SeqDesc), so every piece
+  // writes and reads only its own context's cache; the last token of each
+  // piece that wants logits gets them (one GEMM over those rows) and its
+  // argmax, delivered to the owning context.
+  bool prefill_batch(const ModelTensors& w, const std::vector<BatchPiece>& pieces) override {
+    QSP_CUDA_CHECK(cudaSetDevice(dev_));
+    const ModelConfig& m = cfg_;
+    const uint32_t S = uint32_t(pieces.size());
+    std::vector<CudaBackend*> owner(S);
+    for (uint32_t i = 0; i < S; ++i) {
+      owner[i] = dynamic_cast<CudaBackend*>(pieces[i].owner);
+      QSP_FAIL_IF(!owner[i] || owner[i]->dev_ != dev_, QSP_ERR_INTERNAL, "batched pass: a piece of another device");
+    }
+    // Token pieces first, so that one embedding launch covers them all.
+    std::vector<uint32_t> order;
+    for (int pass = 0; pass < 2; ++pass)
+      for (uint32_t i = 0; i < S; ++i)
+        if ((pieces[i].chunk.tokens != nullptr) == (pass == 0)) order.push_back(i);
+
+    uint32_t T = 0, T_tok = 0, R = 0, max_piece = 0;
+    for (uint32_t i : order) {
+      const PrefillChunk& c = pieces[i].chunk;
+      T += c.n;
+      if (c.tokens) T_tok += c.n;
+      if (c.want_logits) ++R;
+      max_piece = std::max(max_piece, c.n);
+    }
+    QSP_FAIL_IF(T == 0 || T > kCudaChunk, QSP_ERR_INTERNAL, "batched pass of %u tokens", T);
+    const int32_t tile = kern::attention_batch_tile_tokens(int32_t(max_piece), int32_t(m.n_heads),
+                                                           int32_t(m.n_kv_heads), int32_t(m.head_dim));
+
+    // The pass's metadata, host side: pieces, tokens, the piece of each
+    // token, the rows that want logits, attention's query tiles.
+    std::vector<kern::SeqDesc> seqs(S);
+    std::vector<int32_t> tokens, token_seq, rows;
+    std::vector<int2> tiles;
+    std::vector<uint32_t> row_owner;  // piece index of each logits row
+    tokens.reserve(T_tok);
+    token_seq.reserve(T);
+    uint32_t start = 0;
+    for (uint32_t k = 0; k < S; ++k) {
+      const uint32_t i = order[k];
+      const PrefillChunk& c = pieces[i].chunk;
+      kern::SeqDesc& d = seqs[k];
+      d.k_cache = as<__half>(owner[i]->k_cache_);
+      d.v_cache = as<__half>(owner[i]->v_cache_);
+      d.max_seq = int32_t(owner[i]->cfg_.max_seq);
+      d.past = int32_t(c.past);
+      d.start = int32_t(start);
+      d.n = int32_t(c.n);
+      if (c.tokens) tokens.insert(tokens.end(), c.tokens, c.tokens + c.n);
+      token_seq.insert(token_seq.end(), c.n, int32_t(k));
+      for (uint32_t t0 = 0; t0 < c.n; t0 += uint32_t(tile)) tiles.push_back(make_int2(int32_t(k), int32_t(t0)));
+      if (c.want_logits) {
+        rows.push_back(int32_t(start + c.n - 1));
+        row_owner.push_back(i);
+      }
+      start += c.n;
+    }
+    // The tiles that see the most keys first, so they do not trail the wave.
+    std::stable_sort(tiles.begin(), tiles.end(), [&](int2 a, int2 b) {
+      return seqs[a.x].past + a.y > seqs[b.x].past + b.y;
+    });
+
+    std::shared_ptr<BatchSpace> space = batch_space_;
+    if (!space) space = batch_space_ = batch_space(dev_);
+    std::lock_guard<std::mutex> lock(space->mu);
+    const size_t H = m.hidden, Q = m.q_dim(), F = m.ffn;
+    BatchSpace::ensure(space->x, T * H * sizeof(float), "batch residual stream");
+    BatchSpace::ensure(space->xn, T * std::max(H, Q) * sizeof(__half), "batch normed activations");
+    BatchSpace::ensure(space->qkv, T * size_t(qkv_ld_) * sizeof(float), "batch qkv");
+    BatchSpace::ensure(space->q, T * Q * sizeof(__half), "batch queries");
+    BatchSpace::ensure(space->att, T * Q * sizeof(__half), "batch attention output");
+    BatchSpace::ensure(space->act, T * F * sizeof(__half), "batch SwiGLU output");
+    BatchSpace::ensure(space->logits, std::max<size_t>(R, 1) * m.vocab * sizeof(float), "batch logits");
+
+    // One copy of all the metadata: [seqs | tiles | tokens | token_seq | rows],
+    // each 16-byte aligned; the argmax results come back after it.
+    size_t off = 0;
+    const auto place = [&](size_t bytes) {
+      const size_t at = off;
+      off += (bytes + 15) / 16 * 16;
+      return at;
+    };
+    const size_t o_seqs = place(S * sizeof(kern::SeqDesc)), o_tiles = place(tiles.size() * sizeof(int2)),
+                 o_tokens = place(tokens.size() * sizeof(int32_t)), o_tseq = place(T * sizeof(int32_t)),
+                 o_rows = place(rows.size() * sizeof(int32_t));
+    const size_t up_bytes = off;
+    const size_t o_argmax = place(rows.size() * sizeof(int32_t));
+    BatchSpace::ensure(space->meta, off, "batch metadata");
+    if (space->h_meta_bytes < off) {
+      space->h_meta.alloc(off, "batch metadata");
+      space->h_meta_bytes = off;
+    }
+    char* h = static_cast<char*>(space->h_meta.ptr);
+    char* d = static_cast<char*>(space->meta.ptr);
+    std::memcpy(h + o_seqs, seqs.data(), S * sizeof(kern::SeqDesc));
+    std::memcpy(h + o_tiles, tiles.data(), tiles.size() * sizeof(int2));
+    std::memcpy(h + o_tokens, tokens.data(), tokens.size() * sizeof(int32_t));
+    std::memcpy(h + o_tseq, token_seq.data(), T * sizeof(int32_t));
+    std::memcpy(h + o_rows, rows.data(), rows.size() * sizeof(int32_t));
+    QSP_CUDA_CHECK(cudaMemcpyAsync(d, h, up_bytes, cudaMemcpyHostToDevice, stream_));
+
+    const Acts a{as<float>(space->x), as<__half>(space->xn), as<float>(space->qkv), as<__half>(space->q),
+                 as<__half>(space->att), as<__half>(space->act), nullptr, 0};
+    if (T_tok)
+      QSP_CUDA_CHECK(kern::embed(W(w[kTokenEmbd]), reinterpret_cast<const int32_t*>(d + o_tokens), int32_t(T_tok),
+                                 a.x, stream_));
+    for (uint32_t k = 0; k < S; ++k) {
+      const PrefillChunk& c = pieces[order[k]].chunk;
+      if (!c.tokens)
+        QSP_CUDA_CHECK(cudaMemcpyAsync(a.x + size_t(seqs[k].start) * H, c.embeddings, size_t(c.n) * H * sizeof(float),
+                                       cudaMemcpyHostToDevice, stream_));
+    }
+    KvTarget kv;
+    kv.seqs = reinterpret_cast<const kern::SeqDesc*>(d + o_seqs);
+    kv.token_seq = reinterpret_cast<const int32_t*>(d + o_tseq);
+    kv.tiles = reinterpret_cast<const int2*>(d + o_tiles);
+    kv.n_tiles = int32_t(tiles.size());
+    kv.max_piece = int32_t(max_piece);
+    enqueue_layers(w, int32_t(T), a, kv);
+
+    if (R > 0) {
+      float* lg = as<float>(space->logits);
+      int32_t* d_argmax = reinterpret_cast<int32_t*>(d + o_argmax);
+      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, int32_t(H), V(w[kOutputNorm]), a.xn, int32_t(R), int32_t(H), m.rms_eps,
+                                       stream_, reinterpret_cast<const int32_t*>(d + o_rows)));
+      gemm(a.xn, int32_t(H), int32_t(R), W(w[kLmHead]), nullptr, kern::Epilogue::kStoreF32, nullptr, lg,
+           int32_t(m.vocab));
+      QSP_CUDA_CHECK(kern::argmax_rows(lg, int32_t(m.vocab), int64_t(m.vocab), int32_t(R), d_argmax, stream_));
+      for (uint32_t r = 0; r < R; ++r)
+        QSP_CUDA_CHECK(cudaMemcpyAsync(owner[row_owner[r]]->logits_.ptr, lg + size_t(r) * m.vocab,
+                                       size_t(m.vocab) * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+      QSP_CUDA_CHECK(cudaMemcpyAsync(h + o_argmax, d_argmax, R * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    }
+    for (CudaBackend* o : owner) o->logits_fresh_ = false;
+    QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    QSP_CUDA_CHECK(cudaGetLastError());
+    for (uint32_t r = 0; r < R; ++r)
+      static_cast<int32_t*>(owner[row_owner[r]]->h_small_.ptr)[1] = reinterpret_cast<const int32_t*>(h + o_argmax)[r];
+    return true;
+  }
+
   const float* logits() override {
     if (!logits_fresh_) {
       QSP_CUDA_CHECK(cudaSetDevice(dev_));
@@ -275,11 +466,38 @@ class CudaBackend final : public Backend {
   int32_t greedy_token() override { return static_cast<const int32_t*>(h_small_.ptr)[1]; }
 
  private:
+  // The activation buffers a chunk runs in: this context's own, or the
+  // device's batch space.
+  struct Acts {
+    float* x;
+    __half* xn;
+    float* qkv;
+    __half* q;
+    __half* att;
+    __half* act;
+    void* attn_scratch;
+    size_t attn_scratch_bytes;
+  };
+  Acts own_acts() {
+    return Acts{as<float>(x_), as<__half>(xn_), as<float>(qkv_), as<__half>(q_), as<__half>(att_), as<__half>(act_),
+                attn_scratch_.ptr, attn_scratch_bytes_};
+  }
+
+  // Where a chunk's keys and values go and which keys its queries see: this
+  // context's cache from position *past (a device int), or, in a batched
+  // pass, each piece's own cache (kern::SeqDesc).
+  struct KvTarget {
+    const int32_t* past = nullptr;          // single context
+    const kern::SeqDesc* seqs = nullptr;    // batched pass: pieces,
+    const int32_t* token_seq = nullptr;     //   the piece of each token,
+    const int2* tiles = nullptr;            //   attention's query tiles
+    int32_t n_tiles = 0;
+    int32_t max_piece = 0;
+  };
+
   // Enqueues one chunk on the stream (also used while capturing the graph).
   void enqueue(const ModelTensors& w, const PrefillChunk& c, bool capturing = false) {
-    const ModelConfig& m = cfg_;
-    const int32_t n = int32_t(c.n), H = int32_t(m.hidden), Q = int32_t(m.q_dim()), KV = int32_t(m.kv_dim()),
-                  F = int32_t(m.ffn);
+    const int32_t n = int32_t(c.n), H = int32_t(cfg_.hidden);
     int32_t* d_small = as<int32_t>(small_);
     int32_t* d_past = d_small;
     int32_t* d_argmax = d_small + 1;
@@ -289,23 +507,33 @@ class CudaBackend final : public Backend {
     // nodes reading the same pinned addresses, refilled before each replay.
     if (poison_) poison_scratch(c, capturing);
     QSP_CUDA_CHECK(cudaMemcpyAsync(d_past, hs, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    float* x = as<float>(x_);
+    const Acts a = own_acts();
     if (c.tokens) {
       QSP_CUDA_CHECK(cudaMemcpyAsync(d_tokens, hs + 2, c.n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-      QSP_CUDA_CHECK(kern::embed(W(w[kTokenEmbd]), d_tokens, n, x, stream_));
+      QSP_CUDA_CHECK(kern::embed(W(w[kTokenEmbd]), d_tokens, n, a.x, stream_));
     } else {
-      QSP_CUDA_CHECK(cudaMemcpyAsync(x, c.embeddings, size_t(c.n) * H * sizeof(float), cudaMemcpyHostToDevice,
+      QSP_CUDA_CHECK(cudaMemcpyAsync(a.x, c.embeddings, size_t(c.n) * H * sizeof(float), cudaMemcpyHostToDevice,
                                      stream_));
     }
-    __half* xn = as<__half>(xn_);
-    float* qkv = as<float>(qkv_);
+    KvTarget kv;
+    kv.past = d_past;
+    enqueue_layers(w, n, a, kv);
+    if (!c.want_logits) return;
+    QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x + size_t(n - 1) * H, H, V(w[kOutputNorm]), a.xn, 1, H, cfg_.rms_eps, stream_));
+    gemm(a.xn, H, 1, W(w[kLmHead]), nullptr, kern::Epilogue::kStoreF32, nullptr, as<float>(logits_),
+         int32_t(cfg_.vocab));
+    QSP_CUDA_CHECK(kern::argmax(as<float>(logits_), int32_t(cfg_.vocab), d_argmax, stream_));
+    QSP_CUDA_CHECK(cudaMemcpyAsync(hs + 1, d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+  }
+
+  // Every layer over n tokens already embedded in a.x (the residual stream).
+  void enqueue_layers(const ModelTensors& w, int32_t n, const Acts& a, const KvTarget& kv) {
+    const ModelConfig& m = cfg_;
+    const int32_t H = int32_t(m.hidden), Q = int32_t(m.q_dim()), KV = int32_t(m.kv_dim()), F = int32_t(m.ffn);
     const size_t layer_kv = size_t(m.n_kv_heads) * m.max_seq * m.head_dim;
     for (uint32_t l = 0; l < m.n_layers; ++l) {
       const LayerTensors& L = w.layers[l];
-      __half* kc = as<__half>(k_cache_) + l * layer_kv;
-      __half* vc = as<__half>(v_cache_) + l * layer_kv;
-
-      QSP_CUDA_CHECK(kern::rmsnorm_f16(x, H, V(L[kAttnNorm]), xn, n, H, m.rms_eps, stream_));
+      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kAttnNorm]), a.xn, n, H, m.rms_eps, stream_));
       {
         // Q | K | V are adjacent columns of qkv: one launch where the formats allow.
         const kern::DWeight &wq = W(L[kWq]), &wk = W(L[kWk]), &wv = W(L[kWv]);
@@ -313,59 +541,62 @@ class CudaBackend final : public Backend {
                              wv.fmt == wq.fmt && int64_t(wq.rows) == Q && int64_t(wk.rows) == KV;
         if (grouped) {
           const kern::DWeight cat[2] = {wk, wv};
-          gemm(xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, qkv, qkv_ld_, cat);
+          gemm(a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_, cat);
         } else {
-          gemm(xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, qkv, qkv_ld_);
-          gemm(xn, H, n, wk, nullptr, kern::Epilogue::kStoreF32, nullptr, qkv + Q, qkv_ld_);
-          gemm(xn, H, n, wv, nullptr, kern::Epilogue::kStoreF32, nullptr, qkv + Q + KV, qkv_ld_);
+          gemm(a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_);
+          gemm(a.xn, H, n, wk, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q, qkv_ld_);
+          gemm(a.xn, H, n, wv, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q + KV, qkv_ld_);
         }
       }
 
       kern::QkRopeArgs r;
-      r.qkv = qkv;
+      r.qkv = a.qkv;
       r.ld = qkv_ld_;
       r.q_norm = V(L[kQNorm]);
       r.k_norm = V(L[kKNorm]);
-      r.q_out = as<__half>(q_);
-      r.k_cache = kc;
-      r.v_cache = vc;
+      r.q_out = a.q;
       r.M = n;
       r.n_heads = int32_t(m.n_heads);
       r.n_kv_heads = int32_t(m.n_kv_heads);
       r.head_dim = int32_t(m.head_dim);
-      r.max_seq = int32_t(m.max_seq);
-      r.past = d_past;
       r.eps = m.rms_eps;
       r.theta = m.rope_theta;
       r.rope_style = m.rope_style;
+      kern::AttnArgs at;
+      at.q = a.q;
+      at.out = a.att;
+      at.M = n;
+      at.n_heads = int32_t(m.n_heads);
+      at.n_kv_heads = int32_t(m.n_kv_heads);
+      at.head_dim = int32_t(m.head_dim);
+      at.scale = 1.0f / std::sqrt(float(m.head_dim));
+      at.scratch = a.attn_scratch;
+      at.scratch_bytes = a.attn_scratch_bytes;
+      if (kv.seqs) {
+        r.seqs = at.seqs = kv.seqs;
+        r.token_seq = kv.token_seq;
+        r.layer = at.layer = int32_t(l);
+        at.tiles = kv.tiles;
+        at.n_tiles = kv.n_tiles;
+        at.max_piece = kv.max_piece;
+      } else {
+        __half* kc = as<__half>(k_cache_) + l * layer_kv;
+        __half* vc = as<__half>(v_cache_) + l * layer_kv;
+        r.k_cache = kc;
+        r.v_cache = vc;
+        at.k_cache = kc;
+        at.v_cache = vc;
+        r.max_seq = at.max_seq = int32_t(m.max_seq);
+        r.past = at.past = kv.past;
+      }
       QSP_CUDA_CHECK(kern::qk_rope(r, stream_));
+      QSP_CUDA_CHECK(kern::attention(at, stream_));
 
-      kern::AttnArgs a;
-      a.q = as<__half>(q_);
-      a.k_cache = kc;
-      a.v_cache = vc;
-      a.out = as<__half>(att_);
-      a.M = n;
-      a.n_heads = int32_t(m.n_heads);
-      a.n_kv_heads = int32_t(m.n_kv_heads);
-      a.head_dim = int32_t(m.head_dim);
-      a.max_seq = int32_t(m.max_seq);
-      a.past = d_past;
-      a.scale = 1.0f / std::sqrt(float(m.head_dim));
-      a.scratch = attn_scratch_.ptr;
-      a.scratch_bytes = attn_scratch_bytes_;
-      QSP_CUDA_CHECK(kern::attention(a, stream_));
-
-      gemm(as<__half>(att_), Q, n, W(L[kWo]), nullptr, kern::Epilogue::kAddF32, nullptr, x, H);
-      QSP_CUDA_CHECK(kern::rmsnorm_f16(x, H, V(L[kFfnNorm]), xn, n, H, m.rms_eps, stream_));
-      gemm(xn, H, n, W(L[kWGate]), &W(L[kWUp]), kern::Epilogue::kSwiGLU, as<__half>(act_), nullptr, F);
-      gemm(as<__half>(act_), F, n, W(L[kWDown]), nullptr, kern::Epilogue::kAddF32, nullptr, x, H);
+      gemm(a.att, Q, n, W(L[kWo]), nullptr, kern::Epilogue::kAddF32, nullptr, a.x, H);
+      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kFfnNorm]), a.xn, n, H, m.rms_eps, stream_));
+      gemm(a.xn, H, n, W(L[kWGate]), &W(L[kWUp]), kern::Epilogue::kSwiGLU, a.act, nullptr, F);
+      gemm(a.act, F, n, W(L[kWDown]), nullptr, kern::Epilogue::kAddF32, nullptr, a.x, H);
     }
-    if (!c.want_logits) return;
-    QSP_CUDA_CHECK(kern::rmsnorm_f16(x + size_t(n - 1) * H, H, V(w[kOutputNorm]), xn, 1, H, m.rms_eps, stream_));
-    gemm(xn, H, 1, W(w[kLmHead]), nullptr, kern::Epilogue::kStoreF32, nullptr, as<float>(logits_), int32_t(m.vocab));
-    QSP_CUDA_CHECK(kern::argmax(as<float>(logits_), int32_t(m.vocab), d_argmax, stream_));
-    QSP_CUDA_CHECK(cudaMemcpyAsync(hs + 1, d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   }
 
   void poison_scratch(const PrefillChunk& c, bool capturing) {
@@ -452,6 +683,7 @@ class CudaBackend final : public Backend {
   bool poison_ = false;
   cudaGraphExec_t graph_exec_ = nullptr;
   std::vector<const Tensor*> graph_weights_;
+  std::shared_ptr<BatchSpace> batch_space_;  // set when this context first leads a batch
 };
 
 }  // namespace

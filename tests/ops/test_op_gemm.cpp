@@ -137,6 +137,79 @@ TEST_CASE("op gemm: every kernel path on small shapes", "[gpu][gemm][sanitize]")
             700);
 }
 
+// The K-quants (Q4_K, Q5_K, Q6_K: K a multiple of 256) on every path: the
+// GEMV for every M <= 16, then odd M on auto, mma.sync and wgmma forced,
+// on Qwen3-8B and -0.6B shapes and on tile edges (N not a multiple of 16 /
+// 128). Q4_K_M files hold Q4_K and Q6_K (ffn_down, LM head), Q5_K_M Q5_K
+// and Q6_K.
+TEST_CASE("op gemm: K-quants Q4_K / Q5_K / Q6_K on every path", "[gpu][gemm][wgmma][kquant]") {
+  QSP_REQUIRE_GPU();
+  std::vector<int> gemv_ms;
+  for (int m = 1; m <= 16; ++m) gemv_ms.push_back(m);
+  const std::vector<int> odd = {3, 17, 100, 513};
+  std::vector<GemmCase> cases;
+  for (int32_t dt : {QSP_DTYPE_Q4_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K}) {
+    cases.push_back({dt, 1024, 1024, gemv_ms, {kAuto}});  // GEMV, M = 1 .. 16
+    // N x K, then the M of the automatic choice (odd, GEMV and GEMM) and of
+    // the forced GEMM paths (M > 16: the GEMV's range is not theirs).
+    const struct {
+      int64_t N, K;
+      std::vector<int> auto_ms, forced_ms;
+    } shapes[] = {
+        {1000, 256, odd, kMidMs},             // one super-block per row, N % 16 != 0
+        {40, 512, odd, kMidMs},               // N < one block's rows
+        {2048, 1024, odd, kMidMs},            // Qwen3-0.6B q_proj
+        {1024, 2048, odd, kMidMs},            // Qwen3-0.6B o_proj
+        {3072, 1024, odd, kMidMs},            // Qwen3-0.6B gate / up
+        {1024, 3072, odd, kMidMs},            // Qwen3-0.6B down
+        {4096, 4096, {1, 16, 17, 2048}, {17, 2048}},  // Qwen3-8B q / o
+        {12288, 4096, {7, 513}, {}},          // Qwen3-8B gate / up (quantizing it is the cost)
+        {4096, 12288, {3, 100}, {}},          // Qwen3-8B down
+        {256, 256, {1, 9, 40, 300}, {40, 300}},  // small: every kernel (sanitizer size)
+    };
+    for (const auto& sh : shapes) {
+      cases.push_back({dt, sh.N, sh.K, sh.auto_ms, {kAuto}});
+      if (!sh.forced_ms.empty()) cases.push_back({dt, sh.N, sh.K, sh.forced_ms, {kMma, kWgmma}});
+    }
+  }
+  run_cases(cases, 1500);
+  // K must be a whole number of 256-weight super-blocks.
+  const char* why = nullptr;
+  for (WFormat f : {WFormat::kQ4_K, WFormat::kQ5_K, WFormat::kQ6_K}) {
+    CHECK_FALSE(qsp::kern::gemm_supported(f, 64, 96, &why));
+    CHECK_FALSE(qsp::kern::gemm_supported(f, 64, 320, &why));
+    REQUIRE(why != nullptr);
+    CHECK(std::string(why).find("256") != std::string::npos);
+    CHECK(qsp::kern::gemm_supported(f, 64, 512, &why));
+  }
+}
+
+// Q, K and V of Q4_K in one launch (the Q4_K_M attention projections).
+TEST_CASE("op gemm: K-quant row groups", "[gpu][gemm][wgmma][kquant]") {
+  QSP_REQUIRE_GPU();
+  uint64_t seed = 1900;
+  const bool wg = gemm_wgmma_runs();
+  for (int32_t dt : {QSP_DTYPE_Q4_K, QSP_DTYPE_Q6_K}) {
+    OpWeight wq(dt, 2048, 1024, seed++), wk(dt, 1024, 1024, seed++), wv(dt, 1024, 1024, seed++);
+    const int64_t N = 4096;
+    for (int M : {1, 7, 100}) {
+      OpActs x(M, 1024, 1024, seed++);
+      const std::vector<int> rows = sample_rows(M);
+      const std::vector<float> rq = cpu_matmul(wq, x, rows), rk = cpu_matmul(wk, x, rows), rv = cpu_matmul(wv, x, rows);
+      std::vector<float> ref(rows.size() * size_t(N));
+      for (size_t j = 0; j < rows.size(); ++j) {
+        std::copy(rq.begin() + j * 2048, rq.begin() + (j + 1) * 2048, ref.begin() + j * N);
+        std::copy(rk.begin() + j * 1024, rk.begin() + (j + 1) * 1024, ref.begin() + j * N + 2048);
+        std::copy(rv.begin() + j * 1024, rv.begin() + (j + 1) * 1024, ref.begin() + j * N + 3072);
+      }
+      std::vector<GemmPath> paths = {kAuto};
+      if (M > 16) paths.push_back(kMma);
+      if (M > 16 && wg) paths.push_back(kWgmma);
+      for (GemmPath p : paths) check_gemm(wq, nullptr, x, Epilogue::kStoreF32, int(N), rows, ref, nullptr, seed++, p, &wk, &wv);
+    }
+  }
+}
+
 // ---- Q4_1, Q5_0, Q5_1 (legacy 32-blocks with a min or a fifth bit) and Q2_K,
 // Q3_K (256 super-blocks): every path. GEMV M = 1..16, odd M, real
 // Qwen3-0.6B / 8B shapes, K a multiple of 32 but not 64 (legacy); mma.sync

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/quant.h"
+#include "formats/format.h"
 #include "qsp/qsp.h"
 #include "ref.h"
 
@@ -34,7 +35,16 @@ inline std::vector<uint8_t> quantize_rows(int32_t dtype, const float* src, uint6
       case QSP_DTYPE_BF16:
         for (uint64_t c = 0; c < cols; ++c) reinterpret_cast<uint16_t*>(dst)[c] = qsp::fp32_to_bf16(x[c]);
         break;
-      default: std::memcpy(dst, x, cols * sizeof(float)); break;
+      default: {
+        // The 1.1 block formats (Q4_1 ... Q6_K): their reference quantizers.
+        const qsp::fmt::Format* f = qsp::fmt::find(dtype);
+        if (f && f->quantized()) {
+          f->quantize(x, dst, cols);
+        } else {
+          std::memcpy(dst, x, cols * sizeof(float));
+        }
+        break;
+      }
     }
   }
   return bytes;

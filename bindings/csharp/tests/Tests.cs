@@ -175,7 +175,8 @@ static partial class Tests
         }
         var types = new[] {
             typeof(Native.qsp_context_params), typeof(Native.qsp_context_info), typeof(Native.qsp_tensor),
-            typeof(Native.qsp_layer_weights), typeof(Native.qsp_output_weights), typeof(Native.qsp_cache_stats) };
+            typeof(Native.qsp_layer_weights), typeof(Native.qsp_output_weights), typeof(Native.qsp_cache_stats),
+            typeof(Native.qsp_batch_seq) };
         int n = 0;
         foreach (var t in types)
         {
@@ -386,6 +387,9 @@ static partial class Tests
         Run("AbiMismatchIsRefused", AbiMismatchIsRefused);
         Run("EnumsMatchHeader", EnumsMatchHeader);
         Run("LibraryNamesAndSizesEveryDType", LibraryNamesAndSizesEveryDType);
+        Run("PrefillBatchEqualsSinglePrefills", PrefillBatchEqualsSinglePrefills);
+        Run("PrefillBatchInvalidChangesNothing", PrefillBatchInvalidChangesNothing);
+        Run("PrefillBatchServingLoopExample", PrefillBatchServingLoopExample);
         Run("GgufStructLayoutMatchesC", GgufStructLayoutMatchesC);
         Run("GgufInfoAndTensors", GgufInfoAndTensors);
         Run("GgufLogitsIdenticalToC", GgufLogitsIdenticalToC);

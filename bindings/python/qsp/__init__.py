@@ -9,6 +9,11 @@
         print(f.info().architecture, len(f.tensors()))
         ctx = f.create_context(n_threads=4, progress=lambda done, total: ...)
 
+several contexts of one model in one call (libqsp >= 1.1; new prompts and
+decode steps mixed):
+
+    qsp.prefill_batch([(ctx_a, prompt_tokens), (ctx_b, [next_token]), (ctx_c, qsp.Embeddings(hidden))])
+
 or, building a model by hand:
 
     import qsp
@@ -51,7 +56,7 @@ __all__ = [
     "ABI_VERSION", "LibraryError", "QspError", "Status", "DType", "Backend", "RopeStyle", "LogLevel",
     "Tensor", "LayerWeights", "Context", "ContextInfo", "CacheStats", "cache_stats", "dtype_size",
     "dtype_name", "status_string", "backend_available", "version", "version_number", "abi_version",
-    "ModelFile", "GGUFInfo", "TensorDesc", "gguf_type_name",
+    "ModelFile", "GGUFInfo", "TensorDesc", "gguf_type_name", "Embeddings", "prefill_batch",
 ]
 
 
@@ -248,6 +253,37 @@ _PARAM_FIELDS = [name for name, _ in _ffi.qsp_context_params._fields_ if name no
                  ("struct_size", "reserved0", "reserved1", "reserved2", "log_callback", "log_user_data")]
 
 
+def _int32s(tokens):
+    """(keepalive, pointer, count) of token ids: a sequence of ints (or an
+    integer numpy array), copied into a C int32 array."""
+    n = len(tokens)
+    arr = (ctypes.c_int32 * max(n, 1))(*tokens)
+    return arr, ctypes.cast(arr, ctypes.POINTER(ctypes.c_int32)), n
+
+
+def _floats(hidden):
+    """(keepalive, pointer, count) of float32 values: a numpy array (no copy
+    when it already is float32 and C-contiguous) or a flat sequence."""
+    if _np is not None and isinstance(hidden, _np.ndarray):
+        a = _np.ascontiguousarray(hidden, dtype=_np.float32)
+        return a, a.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), a.size
+    count = len(hidden)
+    a = (ctypes.c_float * max(count, 1))(*hidden)
+    return a, ctypes.cast(a, ctypes.POINTER(ctypes.c_float)), count
+
+
+def _rows(count, hidden_size, n_tokens):
+    """The number of hidden_size-wide rows that count values give (n_tokens,
+    when given, must not need more values than there are)."""
+    if n_tokens is None:
+        if count % hidden_size:
+            raise ValueError("%d values are not a whole number of %d-wide rows" % (count, hidden_size))
+        return count // hidden_size
+    if n_tokens * hidden_size > count:
+        raise ValueError("%d values given; %d tokens need %d" % (count, n_tokens, n_tokens * hidden_size))
+    return n_tokens
+
+
 class Context:
     """A qsp context: a model shape, its weights and a KV cache.
 
@@ -370,31 +406,17 @@ class Context:
     # -- prefill ----------------------------------------------------------------
     def prefill(self, tokens):
         """Appends the token ids (a sequence of ints) to the KV cache."""
-        n = len(tokens)
-        arr = (ctypes.c_int32 * max(n, 1))(*tokens)
+        arr, ptr, n = _int32s(tokens)
         with self._lock:
-            self._check(_lib.qsp_prefill(self._p(), arr, n))
+            self._check(_lib.qsp_prefill(self._p(), ptr, n))
 
     def prefill_embeddings(self, hidden, n_tokens=None):
         """As prefill, from n_tokens x hidden_size float32 values (flat
         sequence, or a float32 C-contiguous numpy array of any shape)."""
-        if _np is not None and isinstance(hidden, _np.ndarray):
-            a = _np.ascontiguousarray(hidden, dtype=_np.float32)
-            ptr = a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-            count = a.size
-        else:
-            count = len(hidden)
-            a = (ctypes.c_float * max(count, 1))(*hidden)
-            ptr = ctypes.cast(a, ctypes.POINTER(ctypes.c_float))
+        keep, ptr, count = _floats(hidden)
         with self._lock:
             p = self._p()
-            h = self._hidden_size()
-            if n_tokens is None:
-                if count % h:
-                    raise ValueError("%d values are not a whole number of %d-wide rows" % (count, h))
-                n_tokens = count // h
-            elif n_tokens * h > count:
-                raise ValueError("%d values given; %d tokens need %d" % (count, n_tokens, n_tokens * h))
+            n_tokens = _rows(count, self._hidden_size(), n_tokens)
             self._check(_lib.qsp_prefill_embeddings(p, ptr, n_tokens))
 
     def _hidden_size(self):
@@ -463,6 +485,92 @@ class Context:
             self._check(_lib.qsp_context_get_info(self._p(), ctypes.byref(i)))
         return ContextInfo(Backend(i.backend), i.device_index, i.n_threads, _s(i.device_name),
                            i.kv_cache_bytes, i.scratch_bytes)
+
+
+# ---- Batched prefill (qsp_prefill_batch, since 1.1) -----------------------------------
+
+class Embeddings:
+    """Marks hidden states as one piece of prefill_batch: n_tokens x
+    hidden_size float32 values (a flat sequence, or a numpy array of any
+    shape), as Context.prefill_embeddings takes them. A floating-point numpy
+    array is taken as embeddings without this wrapper too."""
+
+    __slots__ = ("hidden", "n_tokens")
+
+    def __init__(self, hidden, n_tokens=None):
+        self.hidden = hidden
+        self.n_tokens = n_tokens
+
+
+def _batch_needs():
+    """None when the loaded library has qsp_prefill_batch, else why not."""
+    if getattr(_lib, "qsp_prefill_batch", None) is not None and version_number() >= 10100:
+        return None
+    return ("prefill_batch needs libqsp >= 1.1.0 (qsp_prefill_batch); the loaded library is %s. "
+            "Everything else works with it; prefill each context on its own, or install libqsp 1.1" % version())
+
+
+def prefill_batch(pieces):
+    """Advances several contexts in one call (qsp_prefill_batch): ``pieces``
+    is a sequence of ``(context, tokens)`` pairs, where ``tokens`` is a
+    sequence of token ids (an int sequence or an integer numpy array), or
+    hidden states (an ``Embeddings``, or a floating-point numpy array of
+    n_tokens x hidden_size). One token is a decode step, many a prompt; any
+    mix. Afterwards each context has its own logits and greedy token exactly
+    as after ``context.prefill(tokens)``.
+
+    The contexts must share one model (the same weights on the same backend
+    and device) and appear at most once. Everything is checked before
+    anything changes: on an error (a token out of range, a full context, the
+    same context twice, ...) this raises QspError whose message names the
+    offending sequence ("sequence 1: ...", 0-based) and every context is as it
+    was. Needs libqsp >= 1.1: with a 1.0 library this raises
+    QspError(Status.UNSUPPORTED) and nothing else changes."""
+    pieces = list(pieces)
+    why = _batch_needs()
+    if why is not None:
+        raise QspError(Status.UNSUPPORTED, why)
+    seqs = (_ffi.qsp_batch_seq * max(len(pieces), 1))()
+    keep = []
+    ctxs = {}
+    for i, piece in enumerate(pieces):
+        try:
+            ctx, data = piece
+        except (TypeError, ValueError):
+            raise TypeError("sequence %d: a piece is a (Context, tokens or embeddings) pair, not %r" % (i, piece))
+        if not isinstance(ctx, Context):
+            raise TypeError("sequence %d: %r is not a qsp.Context" % (i, ctx))
+        ctxs[id(ctx)] = ctx
+        s = seqs[i]
+        n_tokens = None
+        if isinstance(data, Embeddings):
+            data, n_tokens = data.hidden, data.n_tokens
+        elif not (_np is not None and isinstance(data, _np.ndarray) and data.dtype.kind == "f"):
+            arr, s.tokens, s.n_tokens = _int32s(data)
+            keep.append(arr)
+            continue
+        arr, s.embeddings, count = _floats(data)
+        keep.append(arr)
+        try:
+            s.n_tokens = _rows(count, ctx._hidden_size(), n_tokens)
+        except ValueError as e:
+            raise ValueError("sequence %d: %s" % (i, e))
+    # Every context's lock, always in the same order (no deadlock between two
+    # batches that share contexts); a context listed twice is locked once
+    # (RLock) and refused by the library.
+    locked = []
+    try:
+        for c in sorted(ctxs.values(), key=id):
+            c._lock.acquire()
+            locked.append(c)
+        for i, (ctx, _) in enumerate(pieces):
+            if not ctx._ptr:
+                raise ValueError("qsp: sequence %d: operation on a closed Context" % i)
+            seqs[i].ctx = ctx._ptr
+        _check_global(_lib.qsp_prefill_batch(seqs, len(pieces), ctypes.sizeof(_ffi.qsp_batch_seq)))
+    finally:
+        for c in reversed(locked):
+            c._lock.release()
 
 
 # ---- GGUF model files (qsp_gguf.h) ------------------------------------------------------

@@ -106,6 +106,17 @@ class qsp_cache_stats(ctypes.Structure):
     ]
 
 
+class qsp_batch_seq(ctypes.Structure):
+    """One piece of a qsp_prefill_batch call (since 1.1)."""
+    _fields_ = [
+        ("ctx", qsp_context_p),
+        ("tokens", ctypes.POINTER(ctypes.c_int32)),
+        ("embeddings", ctypes.POINTER(ctypes.c_float)),
+        ("n_tokens", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+    ]
+
+
 class qsp_gguf(ctypes.Structure):
     """Opaque; only ever used through a pointer."""
 
@@ -166,7 +177,7 @@ class qsp_gguf_tensor_desc(ctypes.Structure):
 STRUCTS = {
     cls.__name__: cls
     for cls in (qsp_context_params, qsp_context_info, qsp_tensor, qsp_layer_weights, qsp_output_weights, qsp_cache_stats,
-                qsp_gguf_info, qsp_gguf_tensor_desc)
+                qsp_batch_seq, qsp_gguf_info, qsp_gguf_tensor_desc)
 }
 
 _P = ctypes.POINTER
@@ -219,6 +230,14 @@ _PROTOTYPES = {
     "qsp_gguf_fill_params": (qsp_status, [qsp_gguf_p, _P(qsp_context_params)]),
     "qsp_gguf_upload": (qsp_status, [qsp_gguf_p, qsp_context_p, qsp_gguf_progress_callback, ctypes.c_void_p]),
     "qsp_context_create_from_gguf": (qsp_status, [ctypes.c_char_p, _P(qsp_context_params), _P(qsp_context_p)]),
+}
+
+
+#: Functions added after 1.0: (restype, argtypes, the version that added them).
+#: A library without one still loads (every 1.0 feature works); calling the
+#: binding's wrapper raises QspError(UNSUPPORTED) naming the version needed.
+_PROTOTYPES_SINCE = {
+    "qsp_prefill_batch": (qsp_status, [_P(qsp_batch_seq), _u32, _u32], 10100),
 }
 
 
@@ -291,6 +310,11 @@ def load_library():
             raise LibraryError("qsp: %s lacks %s(), which ABI %d has" % (path, name, ABI_VERSION))
         fn.restype = restype
         fn.argtypes = argtypes
+    for name, (restype, argtypes, _since) in _PROTOTYPES_SINCE.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = restype
+            fn.argtypes = argtypes
     return lib
 
 

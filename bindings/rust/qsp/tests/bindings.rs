@@ -319,3 +319,172 @@ fn abi_mismatch_is_refused() {
         stdout
     );
 }
+
+// ---- prefill_batch (qsp_prefill_batch, libqsp >= 1.1) ---------------------------------
+// A prompt, a decode step on an existing cache and an embeddings piece must
+// leave each context exactly as Context::prefill / prefill_embeddings do (CPU:
+// bit for bit); an invalid batch gives an Error naming the sequence and
+// changes nothing.
+
+/// n x 64 exact f32 values (multiples of 1/64).
+fn hidden_states(n: usize) -> Vec<f32> {
+    (0..n * 64).map(|i| ((i * 37) % 101) as f32 / 64.0 - 50.0 / 64.0).collect()
+}
+
+/// Three contexts: empty, with TOKENS[..6] in its cache, empty.
+fn trio(m: &Model) -> Vec<Context> {
+    let mut cs = vec![m.context().unwrap(), m.context().unwrap(), m.context().unwrap()];
+    cs[1].prefill(&TOKENS[..6]).unwrap();
+    cs
+}
+
+/// (kv length, logits bytes, greedy token); no logits: (kv, empty, -1).
+fn state(c: &Context) -> (u32, Vec<u8>, i32) {
+    let kv = c.kv_length().unwrap();
+    match c.logits() {
+        Ok(l) => (kv, bytes_of(l), c.greedy_token().unwrap()),
+        Err(e) => {
+            assert_eq!(e.status(), Status::NotReady);
+            (kv, Vec::new(), -1)
+        }
+    }
+}
+
+#[test]
+fn prefill_batch_equals_single_prefills() {
+    let m = Model::new();
+    let embd = hidden_states(3);
+    let mut b = trio(&m);
+    {
+        let [b0, b1, b2] = <&mut [Context; 3]>::try_from(&mut b[..]).unwrap();
+        qsp::prefill_batch(&mut [
+            (b0, qsp::Piece::Tokens(&TOKENS)),
+            (b1, qsp::Piece::Tokens(&TOKENS[6..7])),
+            (b2, qsp::Piece::Embeddings(&embd)),
+        ])
+        .unwrap();
+    }
+    let mut s = trio(&m);
+    s[0].prefill(&TOKENS).unwrap();
+    s[1].prefill(&TOKENS[6..7]).unwrap();
+    s[2].prefill_embeddings(&embd).unwrap();
+    for i in 0..3 {
+        let want = state(&s[i]);
+        assert!(!want.1.is_empty());
+        assert!(state(&b[i]) == want, "piece {}: kv, logits bit for bit, greedy token", i);
+    }
+    assert_eq!(b.iter().map(|c| c.kv_length().unwrap()).collect::<Vec<_>>(), vec![10, 7, 3]);
+    let l = b[0].logits().unwrap();
+    let best = (0..l.len()).fold(0, |best, t| if l[t] > l[best] { t } else { best });
+    assert_eq!(b[0].greedy_token().unwrap(), best as i32);
+    if let Some(r) = reference() {
+        assert_eq!(bytes_of(l), r, "the batch's prompt logits are ref_logits.c's");
+    }
+}
+
+#[test]
+fn prefill_batch_invalid_changes_nothing() {
+    let m = Model::new();
+    let mut b = trio(&m);
+    {
+        let (b0, rest) = b.split_first_mut().unwrap();
+        qsp::prefill_batch(&mut [(b0, qsp::Piece::Tokens(&TOKENS[..4])), (&mut rest[1], qsp::Piece::Tokens(&[5]))])
+            .unwrap();
+    }
+    let before: Vec<_> = b.iter().map(state).collect();
+    let unchanged = |b: &[Context], what: &str| {
+        for (i, c) in b.iter().enumerate() {
+            assert!(state(c) == before[i], "{}: context {} changed", what, i);
+        }
+    };
+
+    // Token 256 is out of range (vocabulary 256) in sequence 1.
+    let e = {
+        let [b0, b1, b2] = <&mut [Context; 3]>::try_from(&mut b[..]).unwrap();
+        qsp::prefill_batch(&mut [
+            (b0, qsp::Piece::Tokens(&[3])),
+            (b1, qsp::Piece::Tokens(&[4, 256])),
+            (b2, qsp::Piece::Tokens(&[5])),
+        ])
+        .unwrap_err()
+    };
+    assert_eq!(e.status(), Status::OutOfRange);
+    assert!(e.message().contains("sequence 1"), "{}", e);
+    unchanged(&b, "out of range");
+
+    // Not whole rows of hidden_size in sequence 1 (the binding's own check).
+    let e = {
+        let [b0, _, b2] = <&mut [Context; 3]>::try_from(&mut b[..]).unwrap();
+        qsp::prefill_batch(&mut [(b0, qsp::Piece::Tokens(&[3])), (b2, qsp::Piece::Embeddings(&[0.5; 70]))])
+            .unwrap_err()
+    };
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("sequence 1"), "{}", e);
+    // No pieces.
+    assert_eq!(qsp::prefill_batch(&mut []).unwrap_err().status(), Status::InvalidArgument);
+    unchanged(&b, "invalid pieces");
+
+    // The same context twice cannot be written in safe Rust (two &mut; see
+    // the compile_fail example of prefill_batch). Through the raw API the
+    // library refuses it, naming sequence 1, and changes nothing.
+    let p = b[1].as_ptr();
+    let tok = [3i32, 4];
+    let seqs = [
+        qsp::sys::qsp_batch_seq { ctx: p, tokens: tok.as_ptr(), n_tokens: 1, ..Default::default() },
+        qsp::sys::qsp_batch_seq { ctx: p, tokens: tok[1..].as_ptr(), n_tokens: 1, ..Default::default() },
+    ];
+    let st = unsafe {
+        qsp::sys::qsp_prefill_batch(seqs.as_ptr(), 2, std::mem::size_of::<qsp::sys::qsp_batch_seq>() as u32)
+    };
+    assert_eq!(Status::from_code(st), Some(Status::InvalidArgument));
+    assert!(b[1].last_error().contains("sequence 1"), "{}", b[1].last_error());
+    unchanged(&b, "the same context twice");
+
+    // All still usable.
+    {
+        let [b0, b1, b2] = <&mut [Context; 3]>::try_from(&mut b[..]).unwrap();
+        qsp::prefill_batch(&mut [
+            (b0, qsp::Piece::Tokens(&[9])),
+            (b1, qsp::Piece::Tokens(&[9])),
+            (b2, qsp::Piece::Tokens(&[9])),
+        ])
+        .unwrap();
+    }
+    for (i, c) in b.iter().enumerate() {
+        assert_eq!(c.kv_length().unwrap(), before[i].0 + 1);
+    }
+}
+
+/// The README's serving loop: each request's tokens equal it decoded alone.
+#[test]
+fn prefill_batch_serving_loop() {
+    let m = Model::new();
+    let prompts: [&[i32]; 3] = [&[1, 7, 42], &[100, 255, 0, 128], &[64]];
+    let mut ctxs: Vec<Context> = prompts.iter().map(|_| m.context().unwrap()).collect();
+    // --- as in README.md ---
+    let mut next: Vec<Vec<i32>> = prompts.iter().map(|p| p.to_vec()).collect(); // what each takes next
+    let mut outputs = vec![Vec::new(); ctxs.len()];
+    for _step in 0..4 {
+        // Prompts and decode steps in one call.
+        let mut batch: Vec<_> = ctxs.iter_mut().zip(&next).map(|(ctx, t)| (ctx, qsp::Piece::Tokens(t))).collect();
+        qsp::prefill_batch(&mut batch).unwrap();
+        drop(batch);
+        for (i, ctx) in ctxs.iter().enumerate() {
+            let t = ctx.greedy_token().unwrap();
+            outputs[i].push(t);
+            next[i] = vec![t]; // the next step: one token each
+        }
+    }
+    // --- end ---
+    for (i, prompt) in prompts.iter().enumerate() {
+        let mut c = m.context().unwrap();
+        let mut piece = prompt.to_vec();
+        let mut alone = Vec::new();
+        for _ in 0..4 {
+            c.prefill(&piece).unwrap();
+            alone.push(c.greedy_token().unwrap());
+            piece = vec![*alone.last().unwrap()];
+        }
+        assert_eq!(outputs[i], alone, "request {}", i);
+    }
+}

@@ -146,19 +146,19 @@ const Shape kLegacyShapes[] = {{37, 96}, {16, 256}, {5, 32}, {40, 320}, {1, 4096
 
 }  // namespace
 
-TEST_CASE("kernel formats: Q5_0 repack + device decode on the CPU", "[formats][kernels]") {
+TEST_CASE("kernel formats: Q5_0 repack + device decode on the CPU", "[kernel_formats]") {
   CHECK(bits_per_weight<WFormat::kQ5_0>() == 5.5);
   uint64_t seed = 50;
   for (const Shape& s : kLegacyShapes) check_format<WFormat::kQ5_0>(QSP_DTYPE_Q5_0, true, s, seed++);
 }
 
-TEST_CASE("kernel formats: Q4_1 repack + device decode on the CPU", "[formats][kernels]") {
+TEST_CASE("kernel formats: Q4_1 repack + device decode on the CPU", "[kernel_formats]") {
   CHECK(bits_per_weight<WFormat::kQ4_1>() == 5.0);
   uint64_t seed = 41;
   for (const Shape& s : kLegacyShapes) check_format<WFormat::kQ4_1>(QSP_DTYPE_Q4_1, false, s, seed++);
 }
 
-TEST_CASE("kernel formats: Q5_1 repack + device decode on the CPU", "[formats][kernels]") {
+TEST_CASE("kernel formats: Q5_1 repack + device decode on the CPU", "[kernel_formats]") {
   CHECK(bits_per_weight<WFormat::kQ5_1>() == 6.0);
   uint64_t seed = 51;
   for (const Shape& s : kLegacyShapes) check_format<WFormat::kQ5_1>(QSP_DTYPE_Q5_1, false, s, seed++);
@@ -168,23 +168,23 @@ namespace {
 const Shape kKShapes[] = {{37, 256}, {16, 512}, {5, 1024}, {40, 768}, {1, 4096}};
 }  // namespace
 
-TEST_CASE("kernel formats: Q2_K repack + device decode on the CPU", "[formats][kernels]") {
+TEST_CASE("kernel formats: Q2_K repack + device decode on the CPU", "[kernel_formats]") {
   CHECK(bits_per_weight<WFormat::kQ2_K>() == 3.0);
   uint64_t seed = 20;
   for (const Shape& s : kKShapes) check_format<WFormat::kQ2_K>(QSP_DTYPE_Q2_K, false, s, seed++);
 }
 
-TEST_CASE("kernel formats: Q3_K repack + device decode on the CPU", "[formats][kernels]") {
+TEST_CASE("kernel formats: Q3_K repack + device decode on the CPU", "[kernel_formats]") {
   CHECK(bits_per_weight<WFormat::kQ3_K>() == 3.75);
   uint64_t seed = 30;
   for (const Shape& s : kKShapes) check_format<WFormat::kQ3_K>(QSP_DTYPE_Q3_K, true, s, seed++);
 }
 
-TEST_CASE("kernel formats: K multiples gemm_supported asks for", "[formats][kernels]") {
-  CHECK(qw::KMultiple<WTraits<WFormat::kQ4_0>>::value == 32);
-  CHECK(qw::KMultiple<WTraits<WFormat::kQ5_0>>::value == 32);
-  CHECK(qw::KMultiple<WTraits<WFormat::kQ2_K>>::value == 256);
-  CHECK(qw::KMultiple<WTraits<WFormat::kQ3_K>>::value == 256);
+TEST_CASE("kernel formats: K multiples gemm_supported asks for", "[kernel_formats]") {
+  CHECK(qw::ColsMultiple<WTraits<WFormat::kQ4_0>>::value == 32);
+  CHECK(qw::ColsMultiple<WTraits<WFormat::kQ5_0>>::value == 32);
+  CHECK(qw::ColsMultiple<WTraits<WFormat::kQ2_K>>::value == 256);
+  CHECK(qw::ColsMultiple<WTraits<WFormat::kQ3_K>>::value == 256);
   const char* why = nullptr;
   CHECK(!gemm_supported(WFormat::kQ2_K, 16, 96, &why));
   REQUIRE(why != nullptr);

@@ -10,6 +10,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -76,6 +78,7 @@ class BatchWorld {
   BatchWorld& operator=(const BatchWorld&) = delete;
 
   uint32_t slots() const { return uint32_t(batch_.size()); }
+  double worst() const { return worst_; }  // largest rel L2 seen (GPU)
   qsp_context* ctx(uint32_t slot) { return batch_[slot]; }
   uint32_t kv(uint32_t slot) {
     uint32_t n = 0;
@@ -116,16 +119,26 @@ class BatchWorld {
       if (!a.has_logits) continue;
       if (tol_ == 0) {
         REQUIRE(a.logits == b.logits);
-      } else {
-        CHECK(rel_l2(a.logits.data(), b.logits.data(), a.logits.size()) <= tol_);
+        REQUIRE(a.greedy == b.greedy);
+        continue;
       }
-      REQUIRE(a.greedy == b.greedy);
+      // The GPU: close, and the same greedy token unless the single run's top
+      // two are closer than the batch's measured error (a tie within noise).
+      double max_abs = 0;
+      for (size_t k = 0; k < a.logits.size(); ++k)
+        max_abs = std::max(max_abs, std::fabs(double(a.logits[k]) - double(b.logits[k])));
+      const double err = rel_l2(a.logits.data(), b.logits.data(), a.logits.size());
+      INFO("rel L2 " << err << ", max abs " << max_abs << ", greedy " << a.greedy << " / " << b.greedy);
+      CHECK(err <= tol_);
+      if (a.greedy != b.greedy) CHECK(double(b.logits[b.greedy]) - double(b.logits[a.greedy]) <= 2 * max_abs);
+      worst_ = std::max(worst_, err);
     }
   }
 
  private:
   const TestModel& m_;
   double tol_;
+  double worst_ = 0;
   std::vector<qsp_context*> batch_, twin_;
 };
 
@@ -168,6 +181,7 @@ inline void check_random_batches(const TestModel& m, int32_t backend, uint32_t m
     std::shuffle(now.begin(), now.end(), rng);
     INFO("round " << r << ", " << n << " sequences");
     w.step(now);
+    if (tol > 0) std::printf("    batch of %u sequences: worst rel L2 %.3e\n", n, w.worst());
   }
 }
 

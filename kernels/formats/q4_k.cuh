@@ -1,0 +1,165 @@
+// Q4_K on the device: GGML super-blocks of 256 weights (fp16 d and dmin,
+// eight 32-weight sub-blocks with 6-bit scale sc and min m packed in 12
+// bytes, 4-bit q; x = d*sc*q - dmin*m) repacked into the tiled layout of
+// kernels/qweight_layout.h. Per 16 x 64 unit:
+//   quants 512 bytes   the 4-bit q exactly as Q4_0's nibbles (q4_shift),
+//                      raw codes 0..15
+//   side   128 bytes   per row and 32-column sub-block of the chunk the
+//                      8-bit sc and m (6-bit values unpacked), per row its
+//                      super-block's fp16 d and dmin (kernels/qweight_kquant.h,
+//                      kq_sm_byte / kq_dd_byte): one 16-byte load per lane
+// 640 bytes per 1024 weights = 5.0 bits per weight (GGUF Q4_K: 144 per 256
+// = 4.5; the 0.5 is d / dmin repeated in each of a super-block's 4 chunks,
+// which keeps every unit self-contained for the shared loaders).
+// The sub-block scales are decoded in the kernel: d*sc and dmin*m in fp32
+// as the CPU reference (src/formats/q4_K.cpp), then x in fp32 and one
+// rounding to the fp16 fragment (qw::kq_affine_values). K % 256 == 0.
+// The traits contract is listed in kernels/qweight.cuh.
+#pragma once
+
+#include <cstring>
+
+#include "common/parallel.h"
+#include "common/quant.h"
+#include "kernels/ptx.cuh"
+#include "kernels/qweight.cuh"
+#include "kernels/qweight_kquant.h"
+
+namespace qsp {
+namespace kern {
+
+namespace qw {
+// GGML's block_q4_K (src/formats/q4_K.cpp), as the repacking reads it.
+struct GgmlQ4_K {
+  uint16_t d, dmin;  // fp16 bits
+  uint8_t scales[12];
+  uint8_t qs[128];
+};
+static_assert(sizeof(GgmlQ4_K) == 144, "Q4_K block is 144 bytes in GGUF");
+}  // namespace qw
+
+template <>
+struct WTraits<WFormat::kQ4_K> {
+  // ---- Host -------------------------------------------------------------------------------
+  static bool serves(int32_t dtype) { return dtype == QSP_DTYPE_Q4_K; }
+  static constexpr int kColsMultiple = qw::kSuperCols;
+  static constexpr int kUnit = qw::kQ4UnitBytes;
+  static constexpr int kScaleUnit = qw::kKSideUnitBytes;
+  __host__ __device__ static size_t scales_offset(int64_t rows, int64_t cols) {
+    return qw::unit_array_bytes(kUnit, rows, cols);
+  }
+  static size_t bytes(int64_t rows, int64_t cols) { return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols); }
+  // cols % 256 == 0 (checked by the caller). Padding rows decode to 0.
+  static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
+    const qw::GgmlQ4_K* src = static_cast<const qw::GgmlQ4_K*>(src_v);
+    const int64_t KC = qw::n_chunks(cols), nsb = cols / qw::kSuperCols;
+    const size_t soff = scales_offset(rows, cols);
+    static const qw::ChunkMap map;
+    parallel_for(qw::n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
+      for (int64_t tile = t0; tile < t1; ++tile) {
+        for (int64_t c = 0; c < KC; ++c) {
+          const int64_t unit = tile * KC + c;
+          uint32_t* q = reinterpret_cast<uint32_t*>(dst + unit * kUnit);  // [lane][s]
+          uint8_t* side = dst + soff + unit * kScaleUnit;
+          std::memset(q, 0, kUnit);
+          std::memset(side, 0, kScaleUnit);
+          for (int rr = 0; rr < 16; ++rr) {
+            const int64_t row = tile * 16 + rr;
+            if (row >= rows) continue;  // q = 0, d = dmin = 0
+            const int g = rr & 7, p = rr >> 3;
+            const qw::GgmlQ4_K& blk = src[row * nsb + c / 4];
+            for (int h = 0; h < 2; ++h) {
+              const int sub = 2 * int(c % 4) + h;  // sub-block of the super-block
+              uint8_t sc, m;
+              qw::kq_unpack_scale_min(sub, blk.scales, &sc, &m);
+              qw::kq_put_side(side, rr, h, sc, m, blk.d, blk.dmin);
+              for (int i = 0; i < 32; ++i) {
+                const int j = 32 * h + i;
+                const uint32_t nib = (blk.qs[32 * (sub / 2) + i] >> (4 * (sub % 2))) & 15u;
+                q[(4 * g + map.t[j]) * 4 + map.s[j]] |= nib << qw::q4_shift(p, map.e[j]);
+              }
+            }
+          }
+        }
+      }
+    });
+  }
+
+  // ---- Layout -----------------------------------------------------------------------------
+  static constexpr bool kRowMajor = false;
+  static constexpr bool kWgmma = true;
+
+  // ---- mma.sync GEMM and GEMV -------------------------------------------------------------
+  static constexpr int kTileStageBytes = kUnit + kScaleUnit;
+  static constexpr int kStages = 4;
+  // 8 raw words, counted as 11 for the fp32 decode's temporaries: at 8 ptxas
+  // spilled 24 bytes in the M <= 8 SwiGLU GEMV (80-register cap); at 11 none (U = 2, SwiGLU 1).
+  static constexpr int kGemvRawRegs = 11;
+  struct Raw {
+    uint32_t q[4];     // lane word per k step (Q4_0's nibble order)
+    uint32_t side[4];  // sm of sub-blocks h = 0, 1; d / dmin of rows g, g+8
+  };
+  // The lane's words of one unit from plain memory: what lds_raw / ldg_raw
+  // load, byte for byte (the CPU test and load8 decode through this).
+  QSP_HD static void raw_at(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
+    for (int i = 0; i < 4; ++i) r.q[i] = qw::rd32(w + unit * kUnit + lane * 16 + 4 * i);
+    for (int i = 0; i < 4; ++i) r.side[i] = qw::rd32(w + soff + unit * kScaleUnit + (lane >> 2) * 16 + 4 * i);
+  }
+  // Values of k step s, v[4p + e] = row 8p+g, column chunk_col(s, t, e), fp32.
+  QSP_HD static void values(const Raw& r, int s, float (&v)[8]) {
+    const uint32_t w = r.q[s];
+    qw::kq_affine_values(r.side, s >> 1, [w](int p, int e) { return (w >> qw::q4_shift(p, e)) & 15u; }, v);
+  }
+  // Stage smem: [tiles][kUnit] quants, then [tiles][kScaleUnit] side units.
+  // All at hs 0 (one LDS.128 each; loading per half-stage, as Q5_K does,
+  // changed nothing in ptxas's spills here: 4 bytes in the large config).
+  __device__ static void lds_raw(Raw& r, uint32_t sb, int tiles, int v, int lane, int hs) {
+    if (hs != 0) return;
+    lds128(r.q[0], r.q[1], r.q[2], r.q[3], sb + v * kUnit + lane * 16);
+    lds128(r.side[0], r.side[1], r.side[2], r.side[3], sb + tiles * kUnit + v * kScaleUnit + (lane >> 2) * 16);
+  }
+  __device__ static void ldg_raw(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
+    ldg128_stream(r.q[0], r.q[1], r.q[2], r.q[3], w + unit * kUnit + lane * 16);
+    ldg128_stream(r.side[0], r.side[1], r.side[2], r.side[3], w + soff + unit * kScaleUnit + (lane >> 2) * 16);
+  }
+  __device__ static void frags(const Raw& r, int s, uint32_t (&f)[4]) {
+    float v[8];
+    values(r, s, v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[i] = pack_half2(v[2 * i], v[2 * i + 1]);
+  }
+
+  // ---- wgmma GEMM -------------------------------------------------------------------------
+  __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
+    Raw r;
+    lds128(r.q[0], r.q[1], r.q[2], r.q[3], q_tile + lane * 16);
+    lds128(r.side[0], r.side[1], r.side[2], r.side[3], s_tile + (lane >> 2) * 16);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t f[4];
+      frags(r, s, f);
+      A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
+    }
+  }
+
+  // ---- Embedding --------------------------------------------------------------------------
+  // Dequantizes cols [col8, col8 + 8) of `row` (see WTraits<kQ4_0>::load8):
+  // lanes c.lane + t, t = 0..3, two columns each.
+  __device__ static void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
+    const uint8_t* base = static_cast<const uint8_t*>(w.data);
+    const qw::Coord c = qw::coord_of(row, col8, w.cols);  // t == 0, e == 0 or 2
+    const size_t soff = scales_offset(w.rows, w.cols);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      Raw r;
+      raw_at(r, base, soff, size_t(c.unit), c.lane + t);
+      float v[8];
+      values(r, c.s, v);
+      out[2 * t] = v[4 * c.p + c.e];
+      out[2 * t + 1] = v[4 * c.p + c.e + 1];
+    }
+  }
+};
+
+}  // namespace kern
+}  // namespace qsp

@@ -1,0 +1,184 @@
+// Q5_K on the device: GGML super-blocks of 256 weights (fp16 d and dmin,
+// eight 32-weight sub-blocks with 6-bit scale sc and min m packed in 12
+// bytes, 5-bit q: a low nibble plus one bit of qh; x = d*sc*q - dmin*m)
+// repacked into the tiled layout of kernels/qweight_layout.h. Per 16 x 64
+// unit:
+//   quants 640 bytes   bytes 0..511: the low 4 bits exactly as Q4_0's
+//                      nibbles (q4_shift); bytes 512 + 4*lane: the lane's
+//                      32 high bits, bit 8*s + 4*p + e for k step s, row
+//                      half p, element e (one extra 4-byte load per lane)
+//   side   128 bytes   as Q4_K: per row and 32-column sub-block the 8-bit
+//                      sc and m, per row the super-block's fp16 d and dmin
+//                      (kernels/qweight_kquant.h)
+// 768 bytes per 1024 weights = 6.0 bits per weight (GGUF Q5_K: 176 per 256
+// = 5.5; the 0.5 is d / dmin repeated in each of a super-block's 4 chunks).
+// The sub-block scales are decoded in the kernel: d*sc and dmin*m in fp32
+// as the CPU reference (src/formats/q5_K.cpp), then x in fp32 and one
+// rounding to the fp16 fragment (qw::kq_affine_values). K % 256 == 0.
+// The traits contract is listed in kernels/qweight.cuh.
+#pragma once
+
+#include <cstring>
+
+#include "common/parallel.h"
+#include "common/quant.h"
+#include "kernels/ptx.cuh"
+#include "kernels/qweight.cuh"
+#include "kernels/qweight_kquant.h"
+
+namespace qsp {
+namespace kern {
+
+namespace qw {
+// GGML's block_q5_K (src/formats/q5_K.cpp), as the repacking reads it.
+struct GgmlQ5_K {
+  uint16_t d, dmin;  // fp16 bits
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+static_assert(sizeof(GgmlQ5_K) == 176, "Q5_K block is 176 bytes in GGUF");
+constexpr int kQ5KHighBytes = 512;  // offset of the high bits in a Q5_K unit
+}  // namespace qw
+
+template <>
+struct WTraits<WFormat::kQ5_K> {
+  // ---- Host -------------------------------------------------------------------------------
+  static bool serves(int32_t dtype) { return dtype == QSP_DTYPE_Q5_K; }
+  static constexpr int kColsMultiple = qw::kSuperCols;
+  static constexpr int kUnit = qw::kQ4UnitBytes + 128;  // + 1024 high bits
+  static constexpr int kScaleUnit = qw::kKSideUnitBytes;
+  __host__ __device__ static size_t scales_offset(int64_t rows, int64_t cols) {
+    return qw::unit_array_bytes(kUnit, rows, cols);
+  }
+  static size_t bytes(int64_t rows, int64_t cols) { return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols); }
+  // cols % 256 == 0 (checked by the caller). Padding rows decode to 0.
+  static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
+    const qw::GgmlQ5_K* src = static_cast<const qw::GgmlQ5_K*>(src_v);
+    const int64_t KC = qw::n_chunks(cols), nsb = cols / qw::kSuperCols;
+    const size_t soff = scales_offset(rows, cols);
+    static const qw::ChunkMap map;
+    parallel_for(qw::n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
+      for (int64_t tile = t0; tile < t1; ++tile) {
+        for (int64_t c = 0; c < KC; ++c) {
+          const int64_t unit = tile * KC + c;
+          uint32_t* q = reinterpret_cast<uint32_t*>(dst + unit * kUnit);  // [lane][s]
+          uint8_t* side = dst + soff + unit * kScaleUnit;
+          std::memset(q, 0, kUnit);
+          std::memset(side, 0, kScaleUnit);
+          uint32_t* qh = reinterpret_cast<uint32_t*>(dst + unit * kUnit + qw::kQ5KHighBytes);  // [lane]
+          for (int rr = 0; rr < 16; ++rr) {
+            const int64_t row = tile * 16 + rr;
+            if (row >= rows) continue;  // q = 0, d = dmin = 0
+            const int g = rr & 7, p = rr >> 3;
+            const qw::GgmlQ5_K& blk = src[row * nsb + c / 4];
+            for (int h = 0; h < 2; ++h) {
+              const int sub = 2 * int(c % 4) + h;  // sub-block of the super-block
+              uint8_t sc, m;
+              qw::kq_unpack_scale_min(sub, blk.scales, &sc, &m);
+              qw::kq_put_side(side, rr, h, sc, m, blk.d, blk.dmin);
+              for (int i = 0; i < 32; ++i) {
+                const int j = 32 * h + i;
+                const uint32_t nib = (blk.qs[32 * (sub / 2) + i] >> (4 * (sub % 2))) & 15u;
+                const uint32_t hi = (blk.qh[i] >> sub) & 1u;
+                const int lane = 4 * g + map.t[j];
+                q[lane * 4 + map.s[j]] |= nib << qw::q4_shift(p, map.e[j]);
+                qh[lane] |= hi << (8 * map.s[j] + 4 * p + map.e[j]);
+              }
+            }
+          }
+        }
+      }
+    });
+  }
+
+  // ---- Layout -----------------------------------------------------------------------------
+  static constexpr bool kRowMajor = false;
+  static constexpr bool kWgmma = true;
+
+  // ---- mma.sync GEMM and GEMV -------------------------------------------------------------
+  static constexpr int kTileStageBytes = kUnit + kScaleUnit;
+  static constexpr int kStages = 4;
+  // 9 raw words, counted as 11 for the fp32 decode's temporaries: at 9 ptxas
+  // spilled 8 bytes in the M <= 8 GEMV and 72 in its SwiGLU form (80-register cap); at 11 none (U = 2, SwiGLU 1).
+  static constexpr int kGemvRawRegs = 11;
+  struct Raw {
+    uint32_t q[4];     // lane word per k step (Q4_0's nibble order)
+    uint32_t qh;       // the lane's high bits, bit 8*s + 4*p + e
+    uint32_t side[4];  // sm of sub-blocks h = 0, 1; d / dmin of rows g, g+8
+  };
+  // The lane's words of one unit from plain memory: what lds_raw / ldg_raw
+  // load, byte for byte (the CPU test and load8 decode through this).
+  QSP_HD static void raw_at(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
+    for (int i = 0; i < 4; ++i) r.q[i] = qw::rd32(w + unit * kUnit + lane * 16 + 4 * i);
+    r.qh = qw::rd32(w + unit * kUnit + qw::kQ5KHighBytes + lane * 4);
+    for (int i = 0; i < 4; ++i) r.side[i] = qw::rd32(w + soff + unit * kScaleUnit + (lane >> 2) * 16 + 4 * i);
+  }
+  // Values of k step s, v[4p + e] = row 8p+g, column chunk_col(s, t, e), fp32.
+  QSP_HD static void values(const Raw& r, int s, float (&v)[8]) {
+    const uint32_t w = r.q[s], hb = r.qh >> (8 * s);
+    qw::kq_affine_values(
+        r.side, s >> 1,
+        [w, hb](int p, int e) { return ((w >> qw::q4_shift(p, e)) & 15u) | (((hb >> (4 * p + e)) & 1u) << 4); }, v);
+  }
+  // Stage smem: [tiles][kUnit] quants, then [tiles][kScaleUnit] side units.
+  // Per half-stage hs (k steps 2hs, 2hs+1 = sub-block h = hs): their two
+  // quant words and side words only, fewer registers per tile live through
+  // the stage than loading the whole unit at hs 0, which made ptxas spill
+  // 8-24 bytes in every mma config (now 8 in one); the same words raw_at reads.
+  __device__ static void lds_raw(Raw& r, uint32_t sb, int tiles, int v, int lane, int hs) {
+    lds64(r.q[2 * hs], r.q[2 * hs + 1], sb + v * kUnit + lane * 16 + 8 * hs);
+    if (hs == 0) {
+      lds32(r.qh, sb + v * kUnit + qw::kQ5KHighBytes + lane * 4);
+    }
+    const uint32_t side = sb + tiles * kUnit + v * kScaleUnit + (lane >> 2) * 16;
+    lds32(r.side[hs], side + 4 * hs);
+    lds64(r.side[2], r.side[3], side + 8);
+  }
+  __device__ static void ldg_raw(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
+    ldg128_stream(r.q[0], r.q[1], r.q[2], r.q[3], w + unit * kUnit + lane * 16);
+    ldg32_stream(r.qh, w + unit * kUnit + qw::kQ5KHighBytes + lane * 4);
+    ldg128_stream(r.side[0], r.side[1], r.side[2], r.side[3], w + soff + unit * kScaleUnit + (lane >> 2) * 16);
+  }
+  __device__ static void frags(const Raw& r, int s, uint32_t (&f)[4]) {
+    float v[8];
+    values(r, s, v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[i] = pack_half2(v[2 * i], v[2 * i + 1]);
+  }
+
+  // ---- wgmma GEMM -------------------------------------------------------------------------
+  __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
+    Raw r;
+    lds128(r.q[0], r.q[1], r.q[2], r.q[3], q_tile + lane * 16);
+    lds32(r.qh, q_tile + qw::kQ5KHighBytes + lane * 4);
+    lds128(r.side[0], r.side[1], r.side[2], r.side[3], s_tile + (lane >> 2) * 16);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t f[4];
+      frags(r, s, f);
+      A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
+    }
+  }
+
+  // ---- Embedding --------------------------------------------------------------------------
+  // Dequantizes cols [col8, col8 + 8) of `row` (see WTraits<kQ4_0>::load8):
+  // lanes c.lane + t, t = 0..3, two columns each.
+  __device__ static void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
+    const uint8_t* base = static_cast<const uint8_t*>(w.data);
+    const qw::Coord c = qw::coord_of(row, col8, w.cols);  // t == 0, e == 0 or 2
+    const size_t soff = scales_offset(w.rows, w.cols);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      Raw r;
+      raw_at(r, base, soff, size_t(c.unit), c.lane + t);
+      float v[8];
+      values(r, c.s, v);
+      out[2 * t] = v[4 * c.p + c.e];
+      out[2 * t + 1] = v[4 * c.p + c.e + 1];
+    }
+  }
+};
+
+}  // namespace kern
+}  // namespace qsp

@@ -1,0 +1,191 @@
+// Q6_K on the device: GGML super-blocks of 256 weights (fp16 d, sixteen
+// 16-weight sub-blocks with an int8 scale sc, 6-bit q: a low nibble in ql
+// plus two bits in qh; x = d*sc*(q - 32)) repacked into the tiled layout of
+// kernels/qweight_layout.h. A 16-column sub-block is exactly one k step of
+// a chunk. Per 16 x 64 unit:
+//   quants 768 bytes   bytes 0..511: the low 4 bits exactly as Q4_0's
+//                      nibbles (q4_shift); bytes 512 + 8*lane: the lane's
+//                      64 high bits, word s >> 1, bits 16*(s & 1) + 8*p + 2*e
+//                      for k step s, row half p, element e
+//   side    96 bytes   byte 8*g + 4*p + s: int8 sc of row 8p+g, k step s;
+//                      bytes 64 + 4*g + 2*p: fp16 d of row 8p+g's super-block
+// 864 bytes per 1024 weights = 6.75 bits per weight (GGUF Q6_K: 210 per 256
+// = 6.5625; the extra is d repeated in each of a super-block's 4 chunks).
+// The sub-block scales are decoded in the kernel: d*sc in fp32, then
+// (d*sc)*(q - 32) in fp32 in the CPU reference's order (src/formats/q6_K.cpp;
+// d*sc is exact, so the product is the one rounding) and one rounding to the
+// fp16 fragment. K % 256 == 0. The traits contract is listed in
+// kernels/qweight.cuh.
+#pragma once
+
+#include <cstring>
+
+#include "common/parallel.h"
+#include "common/quant.h"
+#include "kernels/ptx.cuh"
+#include "kernels/qweight.cuh"
+#include "kernels/qweight_kquant.h"
+
+namespace qsp {
+namespace kern {
+
+namespace qw {
+// GGML's block_q6_K (src/formats/q6_K.cpp), as the repacking reads it.
+struct GgmlQ6_K {
+  uint8_t ql[128];  // low four bits
+  uint8_t qh[64];   // high two bits
+  int8_t scales[16];
+  uint16_t d;  // fp16 bits
+};
+static_assert(sizeof(GgmlQ6_K) == 210, "Q6_K block is 210 bytes in GGUF");
+constexpr int kQ6KHighBytes = 512;  // offset of the high bits in a Q6_K unit
+constexpr int kQ6KSideBytes = 96;   // sc of 16 rows x 4 steps + d of 16 rows
+}  // namespace qw
+
+template <>
+struct WTraits<WFormat::kQ6_K> {
+  // ---- Host -------------------------------------------------------------------------------
+  static bool serves(int32_t dtype) { return dtype == QSP_DTYPE_Q6_K; }
+  static constexpr int kColsMultiple = qw::kSuperCols;
+  static constexpr int kUnit = qw::kQ4UnitBytes + 256;  // + 2048 high bits
+  static constexpr int kScaleUnit = qw::kQ6KSideBytes;
+  __host__ __device__ static size_t scales_offset(int64_t rows, int64_t cols) {
+    return qw::unit_array_bytes(kUnit, rows, cols);
+  }
+  static size_t bytes(int64_t rows, int64_t cols) { return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols); }
+  // cols % 256 == 0 (checked by the caller). Padding rows decode to 0 (d = 0).
+  static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
+    const qw::GgmlQ6_K* src = static_cast<const qw::GgmlQ6_K*>(src_v);
+    const int64_t KC = qw::n_chunks(cols), nsb = cols / qw::kSuperCols;
+    const size_t soff = scales_offset(rows, cols);
+    static const qw::ChunkMap map;
+    parallel_for(qw::n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
+      for (int64_t tile = t0; tile < t1; ++tile) {
+        for (int64_t c = 0; c < KC; ++c) {
+          const int64_t unit = tile * KC + c;
+          uint32_t* q = reinterpret_cast<uint32_t*>(dst + unit * kUnit);  // [lane][s]
+          uint32_t* qh = reinterpret_cast<uint32_t*>(dst + unit * kUnit + qw::kQ6KHighBytes);  // [lane][2]
+          uint8_t* side = dst + soff + unit * kScaleUnit;
+          std::memset(q, 0, kUnit);
+          std::memset(side, 0, kScaleUnit);
+          for (int rr = 0; rr < 16; ++rr) {
+            const int64_t row = tile * 16 + rr;
+            if (row >= rows) continue;  // q = 0, sc = 0, d = 0
+            const int g = rr & 7, p = rr >> 3;
+            const qw::GgmlQ6_K& blk = src[row * nsb + c / 4];
+            for (int s = 0; s < 4; ++s) side[8 * g + 4 * p + s] = uint8_t(blk.scales[4 * (c % 4) + s]);
+            std::memcpy(side + 64 + 4 * g + 2 * p, &blk.d, 2);
+            for (int j = 0; j < 64; ++j) {
+              // Element el of the super-block: el = 128 h + 32 k + i.
+              const int el = 64 * int(c % 4) + j, h = el / 128, k = el % 128 / 32, i = el % 32;
+              const uint32_t low = (blk.ql[64 * h + 32 * (k % 2) + i] >> (4 * (k / 2))) & 15u;
+              const uint32_t high = (blk.qh[32 * h + i] >> (2 * k)) & 3u;
+              const int lane = 4 * g + map.t[j], s = map.s[j], e = map.e[j];
+              q[lane * 4 + s] |= low << qw::q4_shift(p, e);
+              qh[lane * 2 + (s >> 1)] |= high << (16 * (s & 1) + 8 * p + 2 * e);
+            }
+          }
+        }
+      }
+    });
+  }
+
+  // ---- Layout -----------------------------------------------------------------------------
+  static constexpr bool kRowMajor = false;
+  static constexpr bool kWgmma = true;
+
+  // ---- mma.sync GEMM and GEMV -------------------------------------------------------------
+  static constexpr int kTileStageBytes = kUnit + kScaleUnit;
+  static constexpr int kStages = 4;
+  static constexpr int kGemvRawRegs = 9;
+  struct Raw {
+    uint32_t q[4];   // lane word per k step (Q4_0's nibble order)
+    uint32_t qh[2];  // high bits of steps 0, 1 and 2, 3
+    uint32_t sc[2];  // int8 sc of rows g (sc[0]) and g+8 (sc[1]), byte s = k step
+    uint32_t d;      // fp16 d of rows g (lo) and g+8 (hi)
+  };
+  // The lane's words of one unit from plain memory: what lds_raw / ldg_raw
+  // load, byte for byte (the CPU test and load8 decode through this).
+  QSP_HD static void raw_at(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
+    for (int i = 0; i < 4; ++i) r.q[i] = qw::rd32(w + unit * kUnit + lane * 16 + 4 * i);
+    for (int i = 0; i < 2; ++i) r.qh[i] = qw::rd32(w + unit * kUnit + qw::kQ6KHighBytes + lane * 8 + 4 * i);
+    const uint8_t* side = w + soff + unit * kScaleUnit;
+    for (int i = 0; i < 2; ++i) r.sc[i] = qw::rd32(side + (lane >> 2) * 8 + 4 * i);
+    r.d = qw::rd32(side + 64 + (lane >> 2) * 4);
+  }
+  // Values of k step s, v[4p + e] = row 8p+g, column chunk_col(s, t, e), fp32.
+  QSP_HD static void values(const Raw& r, int s, float (&v)[8]) {
+    const uint32_t w = r.q[s], hb = r.qh[s >> 1] >> (16 * (s & 1));
+    QSP_UNROLL
+    for (int p = 0; p < 2; ++p) {
+      const float ds = qw::h2f(uint16_t(r.d >> (16 * p))) * float(int8_t(r.sc[p] >> (8 * s)));
+      QSP_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const uint32_t q = ((w >> qw::q4_shift(p, e)) & 15u) | (((hb >> (8 * p + 2 * e)) & 3u) << 4);
+        v[4 * p + e] = ds * (qw::small_u2f(q) - 32.0f);
+      }
+    }
+  }
+  // Stage smem: [tiles][kUnit] quants, then [tiles][kScaleUnit] side units.
+  // Quants, scales and d of all four k steps at hs 0; the high-bit word of
+  // steps 2hs, 2hs+1 per half-stage (one register less per tile live through
+  // the stage, which keeps the mma kernel's spills small).
+  __device__ static void lds_raw(Raw& r, uint32_t sb, int tiles, int v, int lane, int hs) {
+    const uint32_t side = sb + tiles * kUnit + v * kScaleUnit;
+    if (hs == 0) {
+      lds128(r.q[0], r.q[1], r.q[2], r.q[3], sb + v * kUnit + lane * 16);
+      lds64(r.sc[0], r.sc[1], side + (lane >> 2) * 8);
+      lds32(r.d, side + 64 + (lane >> 2) * 4);
+    }
+    lds32(r.qh[hs], sb + v * kUnit + qw::kQ6KHighBytes + lane * 8 + 4 * hs);
+  }
+  __device__ static void ldg_raw(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
+    ldg128_stream(r.q[0], r.q[1], r.q[2], r.q[3], w + unit * kUnit + lane * 16);
+    ldg64_stream(r.qh[0], r.qh[1], w + unit * kUnit + qw::kQ6KHighBytes + lane * 8);
+    const uint8_t* side = w + soff + unit * kScaleUnit;
+    ldg64_stream(r.sc[0], r.sc[1], side + (lane >> 2) * 8);
+    ldg32_stream(r.d, side + 64 + (lane >> 2) * 4);
+  }
+  __device__ static void frags(const Raw& r, int s, uint32_t (&f)[4]) {
+    float v[8];
+    values(r, s, v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[i] = pack_half2(v[2 * i], v[2 * i + 1]);
+  }
+
+  // ---- wgmma GEMM -------------------------------------------------------------------------
+  __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
+    Raw r;
+    lds128(r.q[0], r.q[1], r.q[2], r.q[3], q_tile + lane * 16);
+    lds64(r.qh[0], r.qh[1], q_tile + qw::kQ6KHighBytes + lane * 8);
+    lds64(r.sc[0], r.sc[1], s_tile + (lane >> 2) * 8);
+    lds32(r.d, s_tile + 64 + (lane >> 2) * 4);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t f[4];
+      frags(r, s, f);
+      A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
+    }
+  }
+
+  // ---- Embedding --------------------------------------------------------------------------
+  // Dequantizes cols [col8, col8 + 8) of `row` (see WTraits<kQ4_0>::load8):
+  // lanes c.lane + t, t = 0..3, two columns each.
+  __device__ static void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
+    const uint8_t* base = static_cast<const uint8_t*>(w.data);
+    const qw::Coord c = qw::coord_of(row, col8, w.cols);  // t == 0, e == 0 or 2
+    const size_t soff = scales_offset(w.rows, w.cols);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      Raw r;
+      raw_at(r, base, soff, size_t(c.unit), c.lane + t);
+      float v[8];
+      values(r, c.s, v);
+      out[2 * t] = v[4 * c.p + c.e];
+      out[2 * t + 1] = v[4 * c.p + c.e + 1];
+    }
+  }
+};
+
+}  // namespace kern
+}  // namespace qsp
