@@ -6,9 +6,12 @@
 
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
+#include "common/parallel.h"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight_layout.h"
@@ -140,6 +143,322 @@ template <class T>
 struct ColsMultiple<T, decltype(void(T::kColsMultiple))> {
   static constexpr int value = T::kColsMultiple;
 };
+
+}  // namespace qw
+}  // namespace kern
+}  // namespace qsp
+
+// ==== Legacy 32-block formats with a min or a fifth bit: Q4_1, Q5_0, Q5_1 ====
+// (kernels/formats/q4_1.cuh, q5_0.cuh, q5_1.cuh). Their units keep Q4_0's
+// nibble word per lane (qweight_layout.h); Q5_x add one 32-bit word of high
+// bits per lane, Q4_1 / Q5_1 an fp16 min array next to the d array. The
+// decoders below are QSP_HD: the kernels run them, and
+// tests/kernel_formats/test_legacy_q2k_q3k.cu runs the very same functions on the CPU for
+// every lane and k step. Only the f16x2 arithmetic itself differs: PTX on the
+// device, an exact host emulation (double, then one rounding to fp16, which
+// is what the PTX ops compute) on the host.
+// #pragma unroll for QSP_HD code: the host compiler does not know it.
+#if defined(__CUDA_ARCH__)
+#define QSP_HD_UNROLL _Pragma("unroll")
+#else
+#define QSP_HD_UNROLL
+#endif
+
+namespace qsp {
+namespace kern {
+namespace qw {
+namespace hd {
+
+#if !defined(__CUDA_ARCH__)
+inline float h2f(uint32_t bits) {
+  __half_raw r;
+  r.x = uint16_t(bits);
+  return __half2float(__half(r));
+}
+inline uint32_t d2h(double v) {
+  const __half_raw r = __half_raw(__double2half(v));
+  return r.x;
+}
+template <class Op>
+inline uint32_t host_f16x2(uint32_t a, uint32_t b, uint32_t c, Op op) {
+  const uint32_t lo = d2h(op(double(h2f(a & 0xffffu)), double(h2f(b & 0xffffu)), double(h2f(c & 0xffffu))));
+  const uint32_t hi = d2h(op(double(h2f(a >> 16)), double(h2f(b >> 16)), double(h2f(c >> 16))));
+  return lo | hi << 16;
+}
+#endif
+
+// a - b, a * b, a * b + c on f16x2 words, each half rounded once to nearest.
+QSP_HD inline uint32_t fsub2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return hsub2(a, b);
+#else
+  return host_f16x2(a, b, 0u, [](double x, double y, double) { return x - y; });
+#endif
+}
+QSP_HD inline uint32_t fmul2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return hmul2(a, b);
+#else
+  return host_f16x2(a, b, 0u, [](double x, double y, double) { return x * y; });
+#endif
+}
+QSP_HD inline uint32_t ffma2(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__)
+  return hfma2(a, b, c);
+#else
+  // fp16 x fp16 is exact in double; the sum of the values met here (|q| < 32
+  // times a scale, plus a min) too, so one rounding as fma.rn.f16x2.
+  return host_f16x2(a, b, c, [](double x, double y, double z) { return x * y + z; });
+#endif
+}
+// (lo, lo) and (hi, hi) of a word of two fp16: a lane's scale of row g / g+8.
+QSP_HD inline uint32_t bcast_lo(uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  return prmt(w, w, 0x1010u);
+#else
+  return (w & 0xffffu) * 0x10001u;
+#endif
+}
+QSP_HD inline uint32_t bcast_hi(uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  return prmt(w, w, 0x3232u);
+#else
+  return (w >> 16) * 0x10001u;
+#endif
+}
+
+// a * b + c rounded twice, as the CPU reference's float code computes it
+// (the device would otherwise contract it into one fma): load8 matches the
+// CPU exactly.
+QSP_HD inline float mul_add_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(__fmul_rn(a, b), c);
+#else
+  return a * b + c;
+#endif
+}
+
+}  // namespace hd
+
+// Bytes per 16 x 64 unit of the high-bit words (Q5_0 / Q5_1): 32 lanes x 32 bits.
+constexpr int kQhUnitBytes = 128;
+// Bit of the lane's high-bit word for (k step s, fragment half p, element e):
+// register j = 2p + (e >> 1) of step s in bits 4s + j (e even) and
+// 16 + 4s + j (e odd), i.e. the two halves of an f16x2 register 16 bits apart
+// like their nibbles in the nibble word.
+QSP_HD constexpr int qh_bit(int s, int p, int e) { return 4 * s + 2 * p + (e >> 1) + 16 * (e & 1); }
+
+// The four registers of k step s as exact fp16 integers under exponent
+// 0x6400: f[0], f[2] = 1024 + q, f[1], f[3] = 1024 + 16 q, q = nibble |
+// high bit << 4 (qh = 0: plain 4-bit q). Nibbles sit as in Q4_0 (q4_shift);
+// the high bit of register j moves from qh_bit to bit 4 (j even) or 8 (j odd)
+// of its half: one shift (constant once s is) and two lop3 per register.
+QSP_HD inline void q5_raw(uint32_t q, uint32_t qh, int s, uint32_t (&x)[4]) {
+  constexpr uint32_t kExp = 0x64006400u;
+QSP_HD_UNROLL
+  for (int j = 0; j < 4; ++j) {
+    const int src = 4 * s + j, dst = (j & 1) ? 8 : 4;
+    const uint32_t hb = dst >= src ? qh << (dst - src) : qh >> (src - dst);
+    const uint32_t hmask = (j & 1) ? 0x01000100u : 0x00100010u;
+    const uint32_t nmask = (j & 1) ? 0x00f000f0u : 0x000f000fu;
+    x[j] = ((j < 2 ? q : q >> 8) & nmask) | (hb & hmask) | kExp;
+  }
+}
+
+// Q5_0: x = d * (q - 16). f[0], f[2]: (1024 + q) - 1040 = q - 16; f[1],
+// f[3]: (1024 + 16 q) / 16 - 80 = q - 16 (exact), then one rounding, the
+// product with d, as Q4_0. sc: the lane's d word of this step's block.
+QSP_HD inline void dq_q5_0(uint32_t q, uint32_t qh, int s, uint32_t sc, uint32_t (&f)[4]) {
+  constexpr uint32_t kSub = 0x64106410u;  // 1040, 1040
+  constexpr uint32_t kMul = 0x2c002c00u;  // 1/16, 1/16
+  constexpr uint32_t kAdd = 0xd500d500u;  // -80, -80
+  uint32_t x[4];
+  q5_raw(q, qh, s, x);
+  const uint32_t d_lo = hd::bcast_lo(sc), d_hi = hd::bcast_hi(sc);
+  f[0] = hd::fmul2(hd::fsub2(x[0], kSub), d_lo);
+  f[1] = hd::fmul2(hd::ffma2(x[1], kMul, kAdd), d_lo);
+  f[2] = hd::fmul2(hd::fsub2(x[2], kSub), d_hi);
+  f[3] = hd::fmul2(hd::ffma2(x[3], kMul, kAdd), d_hi);
+}
+
+// Q4_1 (qh = 0) and Q5_1: x = d * q + m. q exact in fp16 ((1024 + q) - 1024,
+// (1024 + 16 q) / 16 - 64), then one fma: the exact d * q + m rounded once
+// to fp16. sc / mn: the lane's d and m words of this step's block.
+QSP_HD inline void dq_q5_1(uint32_t q, uint32_t qh, int s, uint32_t sc, uint32_t mn, uint32_t (&f)[4]) {
+  constexpr uint32_t kSub = 0x64006400u;  // 1024, 1024
+  constexpr uint32_t kMul = 0x2c002c00u;  // 1/16, 1/16
+  constexpr uint32_t kAdd = 0xd400d400u;  // -64, -64
+  uint32_t x[4];
+  q5_raw(q, qh, s, x);
+  const uint32_t d_lo = hd::bcast_lo(sc), d_hi = hd::bcast_hi(sc);
+  const uint32_t m_lo = hd::bcast_lo(mn), m_hi = hd::bcast_hi(mn);
+  f[0] = hd::ffma2(hd::fsub2(x[0], kSub), d_lo, m_lo);
+  f[1] = hd::ffma2(hd::ffma2(x[1], kMul, kAdd), d_lo, m_lo);
+  f[2] = hd::ffma2(hd::fsub2(x[2], kSub), d_hi, m_hi);
+  f[3] = hd::ffma2(hd::ffma2(x[3], kMul, kAdd), d_hi, m_hi);
+}
+
+// Host repacking shared by the three: `blk(row, b, q, d, m)` fills the 32
+// values q (0..31) and the fp16 bits of d and m of block b of row (always a
+// real block). Padding gets d = m = 0 and q = pad_q (Q5_0: 16, i.e. 0).
+// Unit: [512 B nibble words (Q4_0's)][qh_bytes: high-bit word of lane l at
+// 4 l]; side data: [64 B d (Q4_0's)][m_bytes: the same for m].
+template <class Blk>
+void repack_legacy(int64_t rows, int64_t cols, uint8_t* dst, int unit, int scale_unit, bool has_qh, bool has_m,
+                   int pad_q, Blk blk) {
+  const int64_t KC = n_chunks(cols), nb = cols / 32;
+  const size_t soff = unit_array_bytes(unit, rows, cols);
+  static const ChunkMap map;
+  parallel_for(n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
+    uint8_t q[32];
+    for (int64_t tile = t0; tile < t1; ++tile) {
+      for (int64_t c = 0; c < KC; ++c) {
+        const int64_t u = tile * KC + c;
+        uint8_t* ub = dst + u * unit;
+        uint32_t* nib = reinterpret_cast<uint32_t*>(ub);  // [lane][s]
+        uint32_t* qh = reinterpret_cast<uint32_t*>(ub + kQ4UnitBytes);  // [lane]
+        uint16_t* sc = reinterpret_cast<uint16_t*>(dst + soff + u * scale_unit);
+        std::memset(ub, 0, size_t(unit));
+        for (int rr = 0; rr < 16; ++rr) {
+          const int64_t row = tile * 16 + rr;
+          const int g = rr & 7, p = rr >> 3;
+          for (int h = 0; h < 2; ++h) {
+            const int64_t b = 2 * c + h;
+            uint16_t d = 0, m = 0;
+            if (row < rows && b < nb) {
+              blk(row, b, q, d, m);
+            } else {
+              std::memset(q, pad_q, sizeof q);
+            }
+            sc[4 * g + 2 * h + p] = d;
+            if (has_m) sc[32 + 4 * g + 2 * h + p] = m;
+            for (int i = 0; i < 32; ++i) {
+              const int j = 32 * h + i, lane = 4 * g + map.t[j];
+              nib[lane * 4 + map.s[j]] |= uint32_t(q[i] & 15u) << q4_shift(p, map.e[j]);
+              if (has_qh) qh[lane] |= uint32_t(q[i] >> 4) << qh_bit(map.s[j], p, map.e[j]);
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace qw
+}  // namespace kern
+}  // namespace qsp
+
+// ==== K-quant super-block formats: Q2_K, Q3_K ====================================
+// (kernels/formats/q2_k.cuh, q3_k.cuh). Their 16-weight sub-blocks are exactly
+// the k steps of a unit: step s of chunk c is sub-block 4 (c % 4) + s of
+// super-block c / 4, so a lane needs one sub-block scale per row and step.
+// The scale products (d * sc, dmin * m) and the values are computed in fp32
+// as the CPU reference does, then rounded once to the fp16 fragment.
+namespace qsp {
+namespace kern {
+namespace qw {
+
+namespace hd {
+
+// fp16 halves of a word as fp32.
+QSP_HD inline float f16lo(uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(uint16_t(w & 0xffffu)));
+#else
+  return h2f(w & 0xffffu);
+#endif
+}
+QSP_HD inline float f16hi(uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(uint16_t(w >> 16)));
+#else
+  return h2f(w >> 16);
+#endif
+}
+// float(x) - bias for a small unsigned x (< 2^22) without I2F: x under the
+// exponent of 2^23 is 2^23 + x exactly, minus 2^23 + bias (exact while
+// bias < 2^22).
+QSP_HD inline float small_u2f(uint32_t x, int bias) {
+#if defined(__CUDA_ARCH__)
+  const float f = __uint_as_float(0x4b000000u | x);
+#else
+  float f;  // the same bits on the host, so that the CPU test runs this very arithmetic
+  const uint32_t b = 0x4b000000u | x;
+  std::memcpy(&f, &b, 4);
+#endif
+  return f - float(8388608 + bias);
+}
+// (lo, hi) rounded to nearest fp16, as one f16x2 word.
+QSP_HD inline uint32_t pack2(float lo, float hi) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+#else
+  return d2h(double(lo)) | d2h(double(hi)) << 16;
+#endif
+}
+// a * b - c rounded twice (no fma contraction), as the CPU reference.
+QSP_HD inline float mul_sub_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(__fmul_rn(a, b), c);
+#else
+  return a * b - c;
+#endif
+}
+
+}  // namespace hd
+
+// Low two bits of (lane, k step s, fragment half p, element e) in the lane's
+// two 32-bit words (Q2_K / Q3_K): word s >> 1, bit q2_bit.
+QSP_HD constexpr int q2_bit(int s, int p, int e) { return 16 * (s & 1) + 8 * p + 2 * e; }
+// Q3_K's high bit in the lane's hmask word.
+QSP_HD constexpr int q3h_bit(int s, int p, int e) { return 8 * s + 4 * p + e; }
+// Sub-block scale byte of (row group g, half p, k step s) in a unit's 64
+// scale bytes: a lane's 8 bytes are one LDS.64 / LDG.64 (word p, byte s).
+QSP_HD constexpr int ksc_byte(int g, int p, int s) { return 8 * g + 4 * p + s; }
+
+// Q2_K, k step s: x = (d * sc) * q - dmin * m (fp32 products; the last step
+// one fma, explicitly, so that host and device compute the same bits), one
+// rounding to fp16. q: the lane's two low-bit words; sc: its 8 scale bytes
+// (low nibble sc, high nibble m); dd: (d_g, d_g8), (dmin_g, dmin_g8).
+QSP_HD inline void dq_q2_k(const uint32_t (&q)[2], const uint32_t (&sc)[2], const uint32_t (&dd)[2], int s,
+                           uint32_t (&f)[4]) {
+  const uint32_t w = q[s >> 1];
+  QSP_HD_UNROLL
+  for (int p = 0; p < 2; ++p) {
+    const uint32_t b = (sc[p] >> (8 * s)) & 0xffu;
+    const float d = p ? hd::f16hi(dd[0]) : hd::f16lo(dd[0]);
+    const float dm = p ? hd::f16hi(dd[1]) : hd::f16lo(dd[1]);
+    const float dl = d * hd::small_u2f(b & 15u, 0), ml = dm * hd::small_u2f(b >> 4, 0);
+    float v[4];
+    QSP_HD_UNROLL
+    for (int e = 0; e < 4; ++e) v[e] = fmaf(dl, hd::small_u2f((w >> q2_bit(s, p, e)) & 3u, 0), -ml);
+    f[2 * p] = hd::pack2(v[0], v[1]);
+    f[2 * p + 1] = hd::pack2(v[2], v[3]);
+  }
+}
+
+// Q3_K, k step s: x = (d * (code - 32)) * (q - 4), q = low | high << 2: both
+// products in fp32 exactly as the CPU reference, one rounding to fp16.
+// sc: the lane's 8 six-bit scale codes (bytes); dw: (d_g, d_g8).
+QSP_HD inline void dq_q3_k(const uint32_t (&q)[2], uint32_t h, const uint32_t (&sc)[2], uint32_t dw, int s,
+                           uint32_t (&f)[4]) {
+  const uint32_t w = q[s >> 1];
+  QSP_HD_UNROLL
+  for (int p = 0; p < 2; ++p) {
+    const uint32_t code = (sc[p] >> (8 * s)) & 0xffu;
+    const float dl = (p ? hd::f16hi(dw) : hd::f16lo(dw)) * hd::small_u2f(code, 32);
+    float v[4];
+    QSP_HD_UNROLL
+    for (int e = 0; e < 4; ++e) {
+      const uint32_t q3 = ((w >> q2_bit(s, p, e)) & 3u) | ((h >> q3h_bit(s, p, e)) & 1u) << 2;
+      v[e] = dl * hd::small_u2f(q3, 4);
+    }
+    f[2 * p] = hd::pack2(v[0], v[1]);
+    f[2 * p + 1] = hd::pack2(v[2], v[3]);
+  }
+}
 
 }  // namespace qw
 }  // namespace kern

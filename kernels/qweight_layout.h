@@ -126,3 +126,16 @@ struct ChunkMap {
 }  // namespace qw
 }  // namespace kern
 }  // namespace qsp
+
+// ---- Q4_1, Q5_0, Q5_1, Q2_K, Q3_K ---------------------------------------------------
+// Same tiles, chunks, units and lane / k-step / fragment order as above; each
+// format's header documents its unit and side data with the bits per weight
+// (kernels/formats/<name>.cuh), the shared decoders are at the end of
+// kernels/qweight.cuh.
+//  Q4_1, Q5_0, Q5_1: Q4_0's nibble words (+ one 32-bit high-bit word per lane
+//        for Q5_x, bit qh_bit); Q4_0's d array (+ an m array for Q4_1 / Q5_1).
+//        5.0 / 5.5 / 6.0 bits per weight, as in GGUF.
+//  Q2_K, Q3_K: the four k steps of a unit are four 16-weight sub-blocks of one
+//        256-weight super-block; per row and step one sub-block scale byte,
+//        per row the super-block's fp16 d (and dmin), repeated in each of its
+//        four units. 3.0 / 3.75 bits per weight (GGUF: 2.625 / 3.4375).

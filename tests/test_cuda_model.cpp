@@ -100,6 +100,36 @@ struct Poison : ScopedEnv {
   Poison() : ScopedEnv("QSP_POISON", "1") {}
 };
 
+// The projections of layer l get dtype types[l % size][slot] (slots kWq, kWk,
+// kWv, kWo, kWGate / kWUp (one dtype: the SwiGLU pair shares a format),
+// kWDown), freshly drawn like make_model's; the embedding / LM head too.
+struct LayerTypes {
+  int32_t q, k, v, o, gate_up, down;
+};
+void retype(TestModel& m, const std::vector<LayerTypes>& types, int32_t embd, int32_t head) {
+  std::mt19937_64 rng(m.spec.seed * 7919 + 5);
+  auto redo = [&](HostTensor& t, int32_t dt) {
+    const float sd = 0.6f / std::sqrt(float(t.cols));
+    t = make_tensor(rng, t.handle, dt, t.rows, t.cols, 0.0f, sd);
+  };
+  for (uint32_t l = 0; l < m.spec.n_layers; ++l) {
+    const LayerTypes& ty = types[l % types.size()];
+    auto& L = m.layers[l];
+    redo(L[kWq], ty.q);
+    redo(L[kWk], ty.k);
+    redo(L[kWv], ty.v);
+    redo(L[kWo], ty.o);
+    redo(L[kWGate], ty.gate_up);
+    redo(L[kWUp], ty.gate_up);
+    redo(L[kWDown], ty.down);
+  }
+  m.embd = make_tensor(rng, m.embd.handle, embd, m.embd.rows, m.embd.cols, 0.0f, 0.05f);
+  if (!m.spec.tied) {
+    m.lm_head = make_tensor(rng, m.lm_head.handle, head, m.lm_head.rows, m.lm_head.cols, 0.0f,
+                            2.0f / std::sqrt(float(m.lm_head.cols)));
+  }
+}
+
 void compare_model(const TestModel& m, const char* label, const std::vector<uint32_t>& lengths, double tol = 1e-2) {
   const ModelSpec& spec = m.spec;
   Poison poison;
@@ -218,6 +248,75 @@ TEST_CASE("cuda model: Llama style, Q8_0 and mixed", "[gpu][model]") {
   QSP_REQUIRE_GPU();
   compare_lengths(llama_shape(QSP_DTYPE_Q8_0, 22), {1, 17, 513});
   compare_lengths(llama_shape(-1, 23), {3, 100, 2048});
+}
+
+// ---- Q4_1 / Q5_0 / Q5_1 / Q2_K / Q3_K: llama-quantize-like mixes (K-quant
+// layers with legacy fallbacks), Q | K | V grouped (one format) and not.
+TEST_CASE("cuda model: Qwen3 shape, mixed Q4_1 / Q5_0 / Q5_1 layers", "[gpu][model][legacy]") {
+  QSP_REQUIRE_GPU();
+  TestModel m = make_model(qwen3_shape(QSP_DTYPE_Q4_0, 71));
+  retype(m,
+         {{QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1, QSP_DTYPE_Q4_1},
+          {QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1}},
+         QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_1);  // tied: the Q5_1 embedding is the LM head
+  compare_model(m, "q4_1/q5_0/q5_1 mix", {1, 3, 17, 100, 513, 2048}, 2e-3);
+}
+
+TEST_CASE("cuda model: Llama style, mixed Q4_1 / Q5_0 / Q5_1", "[gpu][model][legacy]") {
+  QSP_REQUIRE_GPU();
+  TestModel m = make_model(llama_shape(QSP_DTYPE_Q4_0, 72));
+  retype(m,
+         {{QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0},
+          {QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1}},
+         QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0);
+  compare_model(m, "q4_1/q5_0/q5_1 mix", {1, 17, 513}, 2e-3);
+}
+
+// As llama-quantize's Q2_K / Q3_K_M: K-quant projections with legacy
+// fallbacks, every format of this group in some slot.
+TEST_CASE("cuda model: Qwen3 shape, mixed Q2_K / Q3_K / legacy layers", "[gpu][model][kquant]") {
+  QSP_REQUIRE_GPU();
+  TestModel m = make_model(qwen3_shape(QSP_DTYPE_Q4_0, 73));
+  retype(m,
+         {{QSP_DTYPE_Q3_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K},
+          {QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_1}},
+         QSP_DTYPE_Q3_K, QSP_DTYPE_Q3_K);  // tied
+  compare_model(m, "q2_K/q3_K/legacy mix", {1, 3, 17, 100, 513, 2048}, 2e-3);
+}
+
+TEST_CASE("cuda model: Llama style, mixed Q2_K / Q3_K", "[gpu][model][kquant]") {
+  QSP_REQUIRE_GPU();
+  TestModel m = make_model(llama_shape(QSP_DTYPE_Q4_0, 74));
+  retype(m,
+         {{QSP_DTYPE_Q2_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K},
+          {QSP_DTYPE_Q3_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q5_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q3_K, QSP_DTYPE_Q2_K}},
+         QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K);
+  compare_model(m, "q2_K/q3_K mix", {1, 17, 513}, 2e-3);
+}
+
+TEST_CASE("cuda model: decode steps of a Q2_K / Q3_K / legacy mix follow the CPU", "[gpu][model][decode][kquant]") {
+  QSP_REQUIRE_GPU();
+  Poison poison;
+  TestModel m = make_model(llama_shape(QSP_DTYPE_Q4_0, 75));
+  retype(m,
+         {{QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_0, QSP_DTYPE_Q2_K, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1},
+          {QSP_DTYPE_Q2_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q5_1, QSP_DTYPE_Q3_K, QSP_DTYPE_Q4_1}},
+         QSP_DTYPE_Q5_0, QSP_DTYPE_Q3_K);
+  qsp_context* cpu = m.create(QSP_BACKEND_CPU);
+  qsp_context* gpu = m.create(QSP_BACKEND_CUDA);
+  REQUIRE(cpu);
+  REQUIRE(gpu);
+  std::vector<int32_t> prompt = random_tokens(17, m.spec.vocab, 79);
+  Logits ref = run(cpu, prompt, {17});
+  check_close(run(gpu, prompt, {17}), ref, 2e-3);
+  for (int step = 0; step < 8; ++step) {  // the decode graph: captured once, replayed
+    std::vector<int32_t> t{ref.greedy};
+    Logits r = run(cpu, t, {1});
+    check_close(run(gpu, t, {1}), r, 2e-3);
+    ref = r;
+  }
+  qsp_context_destroy(cpu);
+  qsp_context_destroy(gpu);
 }
 
 TEST_CASE("cuda model: decode steps through the CUDA graph follow the CPU", "[gpu][model][decode]") {

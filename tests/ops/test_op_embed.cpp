@@ -17,7 +17,8 @@ struct EmbedCase {
 
 }  // namespace
 
-TEST_CASE("op embed: rows of Q4_0 / Q8_0 / F16 / BF16 / Q4_K / Q5_K / Q6_K tables", "[gpu][gemm][embed]") {
+TEST_CASE("op embed: rows of Q4_0 / Q8_0 / F16 / BF16 / Q4_K / Q5_K / Q6_K / Q4_1 / Q5_0 / Q5_1 / Q2_K / Q3_K tables",
+          "[gpu][gemm][embed]") {
   QSP_REQUIRE_GPU();
   // 1000 rows: not a multiple of the 16-row tile; 151936 x 1024: Qwen3's table.
   const EmbedCase cases[] = {
@@ -29,6 +30,12 @@ TEST_CASE("op embed: rows of Q4_0 / Q8_0 / F16 / BF16 / Q4_K / Q5_K / Q6_K table
       {QSP_DTYPE_Q4_K, 1000, 256, 37},  {QSP_DTYPE_Q4_K, 1000, 1024, 37},  {QSP_DTYPE_Q5_K, 1000, 256, 37},
       {QSP_DTYPE_Q5_K, 1000, 1024, 37}, {QSP_DTYPE_Q6_K, 1000, 256, 37},   {QSP_DTYPE_Q6_K, 1000, 1024, 37},
       {QSP_DTYPE_Q4_K, 151936, 1024, 513}, {QSP_DTYPE_Q6_K, 4096, 4096, 17},  // Qwen3-0.6B table; 8B width
+      // Q4_1 / Q5_0 / Q5_1 (K % 64 == 32 too) and Q2_K / Q3_K
+      {QSP_DTYPE_Q4_1, 1000, 96, 37},   {QSP_DTYPE_Q4_1, 1000, 1024, 37},  {QSP_DTYPE_Q5_0, 1000, 96, 37},
+      {QSP_DTYPE_Q5_0, 1000, 1024, 37}, {QSP_DTYPE_Q5_1, 1000, 96, 37},    {QSP_DTYPE_Q5_1, 1000, 1024, 37},
+      {QSP_DTYPE_Q5_0, 151936, 1024, 513},
+      {QSP_DTYPE_Q2_K, 1000, 256, 37},  {QSP_DTYPE_Q2_K, 1000, 1024, 37},  {QSP_DTYPE_Q3_K, 1000, 256, 37},
+      {QSP_DTYPE_Q3_K, 1000, 1024, 37}, {QSP_DTYPE_Q3_K, 32000, 1024, 513},
   };
   uint64_t seed = 300;
   for (const EmbedCase& c : cases) {

@@ -4,6 +4,8 @@
 // A case is one line of a table: weight dtype, N x K, token counts, paths.
 #include "ops/gemm_check.h"
 
+#include <string>
+
 using namespace qsp_test;
 using qsp::kern::WFormat;
 
@@ -208,6 +210,69 @@ TEST_CASE("op gemm: K-quant row groups", "[gpu][gemm][wgmma][kquant]") {
   }
 }
 
+// ---- Q4_1, Q5_0, Q5_1 (legacy 32-blocks with a min or a fifth bit) and Q2_K,
+// Q3_K (256 super-blocks): every path. GEMV M = 1..16, odd M, real
+// Qwen3-0.6B / 8B shapes, K a multiple of 32 but not 64 (legacy); mma.sync
+// and wgmma forced (M > 16: forced wgmma refuses the GEMV's M). llama-quantize
+// writes the legacy ones for rows that are not a multiple of 256.
+namespace {
+
+std::vector<GemmCase> more_format_cases(int32_t dt, bool legacy, bool wgmma) {
+  const std::vector<int> gemv_ms = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  const std::vector<int> odd_ms = {3, 17, 100, 513};
+  const std::vector<GemmPath> forced = wgmma ? std::vector<GemmPath>{kMma, kWgmma} : std::vector<GemmPath>{kMma};
+  std::vector<GemmCase> c = {
+      {dt, 1024, 1024, gemv_ms, {kAuto}},          // GEMV, M = 1..16 (Qwen3-0.6B q / o)
+      {dt, 3072, 1024, odd_ms, {kAuto}},           // Qwen3-0.6B gate / up
+      {dt, 3072, 1024, kMidMs, forced},
+      {dt, 1024, 3072, {1, 17, 513}, {kAuto}},     // Qwen3-0.6B down
+      {dt, 4096, 4096, {1, 16, 300, 2048}, {kAuto}},  // Qwen3-8B q / o
+      {dt, 4096, 4096, {17, 2048}, forced},
+      {dt, 12288, 4096, {7, 513}, {kAuto}},        // Qwen3-8B gate / up
+      {dt, 4096, 12288, {3, 100}, {kAuto}},        // Qwen3-8B down
+      {dt, 256, 256, {1, 9, 40, 300}, {kAuto}},    // small enough for the sanitizers
+      {dt, 256, 256, {40, 300}, forced},
+      {dt, 40, 512, odd_ms, {kAuto}},              // N not a multiple of 16
+      {dt, 40, 512, kMidMs, forced},
+  };
+  if (legacy) {  // K % 64 == 32, partial tiles in every dimension
+    const std::vector<GemmCase> l = {
+        {dt, 1000, 160, kAllMs, {kAuto}}, {dt, 1000, 160, kMidMs, forced},
+        {dt, 40, 96, odd_ms, {kAuto}},    {dt, 40, 96, kMidMs, forced},
+        {dt, 96, 256, kMidMs, forced},
+    };
+    c.insert(c.end(), l.begin(), l.end());
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("op gemm: Q4_1 / Q5_0 / Q5_1, every path", "[gpu][gemm][wgmma][legacy]") {
+  QSP_REQUIRE_GPU();
+  uint64_t seed = 1500;
+  for (int32_t dt : {QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1}) {
+    INFO(qsp_dtype_name(dt));
+    run_cases(more_format_cases(dt, true, true), seed);
+    seed += 1000;
+  }
+}
+
+TEST_CASE("op gemm: Q2_K / Q3_K, every path", "[gpu][gemm][wgmma][kquant]") {
+  QSP_REQUIRE_GPU();
+  uint64_t seed = 5500;
+  for (int32_t dt : {QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K}) {
+    INFO(qsp_dtype_name(dt));
+    run_cases(more_format_cases(dt, false, true), seed);
+    seed += 1000;
+  }
+  // K must be whole 256-weight super-blocks.
+  const char* why = nullptr;
+  CHECK(!qsp::kern::gemm_supported(qsp::kern::format_for(QSP_DTYPE_Q2_K), 256, 96, &why));
+  CHECK(std::string(why ? why : "").find("256") != std::string::npos);
+  CHECK(!qsp::kern::gemm_supported(qsp::kern::format_for(QSP_DTYPE_Q3_K), 256, 256 + 128, &why));
+}
+
 namespace {
 
 struct RowGroupCase {
@@ -226,6 +291,12 @@ TEST_CASE("op gemm: row groups (Q | K | V in one launch)", "[gpu][gemm][wgmma]")
       {QSP_DTYPE_Q4_0, 4096, 1024, 1024, 4096}, {QSP_DTYPE_Q4_0, 2048, 1024, 1024, 1024},
       {QSP_DTYPE_Q4_0, 64, 32, 40, 160},        {QSP_DTYPE_Q8_0, 4096, 1024, 1024, 4096},
       {QSP_DTYPE_Q8_0, 2048, 1024, 1024, 1024}, {QSP_DTYPE_Q8_0, 64, 32, 40, 160},
+      // Q4_1 / Q5_0 / Q5_1
+      {QSP_DTYPE_Q4_1, 2048, 1024, 1024, 1024}, {QSP_DTYPE_Q5_0, 64, 32, 40, 160},
+      {QSP_DTYPE_Q5_1, 4096, 1024, 1024, 4096},
+      // Q2_K / Q3_K
+      {QSP_DTYPE_Q2_K, 2048, 1024, 1024, 1024}, {QSP_DTYPE_Q3_K, 64, 32, 40, 256},
+      {QSP_DTYPE_Q3_K, 4096, 1024, 1024, 4096},
   };
   uint64_t seed = 900;
   const bool wg = gemm_wgmma_runs();

@@ -29,6 +29,12 @@ TEST_CASE("op lm_head: GEMV over the vocabulary (151936 x 1024)", "[gpu][gemm][l
       {QSP_DTYPE_Q6_K, 151936, 1024, {1, 3}},  // Q4_K_M / Q5_K_M files: the LM head is Q6_K
       {QSP_DTYPE_Q4_K, 151936, 1024, {1, 3}},
       {QSP_DTYPE_Q5_K, 32000, 1024, {1, 3}},   // (a smaller vocabulary: quantizing is the cost)
+      // Q4_1 / Q5_0 / Q5_1 and Q2_K / Q3_K
+      {QSP_DTYPE_Q4_1, 151936, 1024, {1, 3}},
+      {QSP_DTYPE_Q5_0, 151936, 1024, {1, 3}},
+      {QSP_DTYPE_Q5_1, 151936, 1024, {1, 3}},
+      {QSP_DTYPE_Q2_K, 32000, 1024, {1, 3}},  // (smaller: the K-quant reference quantizers are the cost)
+      {QSP_DTYPE_Q3_K, 32000, 1024, {1, 3}},
   };
   uint64_t seed = 200;
   for (const LmHeadCase& c : cases) {
@@ -48,6 +54,8 @@ TEST_CASE("op lm_head: final norm, logits and greedy token of the last token", "
       {QSP_DTYPE_Q8_0, 151936, 1024, {1}},  // Qwen3-0.6B (tied Q8_0 embedding)
       {QSP_DTYPE_Q4_0, 151936, 4096, {1}},  // Qwen3-8B
       {QSP_DTYPE_Q6_K, 151936, 1024, {1}},  // Q4_K_M / Q5_K_M / Q6_K files: the LM head is Q6_K
+      {QSP_DTYPE_Q3_K, 32000, 4096, {1}},  // Q3_K_* files (Llama width)
+      {QSP_DTYPE_Q5_0, 151936, 1024, {1}},
   };
   uint64_t seed = 250;
   for (const LmHeadCase& c : cases) {

@@ -1,0 +1,195 @@
+// The kernels' weight decoders, run on the CPU: each tiled format's host
+// repack (WTraits<F>::repack), then the device decode functions themselves
+// (QSP_HD: T::raw_at + T::frags for every tile, chunk, lane and k step, which
+// the GEMV, the mma.sync and the wgmma GEMMs call on the same words; T::load8
+// for every 8 columns), against the CPU reference dequantization
+// (src/formats). No GPU needed; built with nvcc because the decoders live in
+// .cuh headers.
+// Tolerance: fragments are fp16. Formats whose value is one product
+// (Q5_0: d * (q - 16)) must equal the reference rounded to fp16 exactly;
+// d * q + m (Q4_1, Q5_1) is one rounding of the exact value on the device and
+// two (fp32, then fp16) for the reference: within one fp16 ulp. K-quants:
+// Q3_K's two fp32 products are the reference's, so exact; Q2_K's
+// (d sc) q - dmin m is one fma on the device: within one fp16 ulp. Padding rows
+// and columns must decode to 0. load8 (the embedding) is fp32 and exact.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/quant.h"
+#include "formats/format.h"
+#include "kernels/formats/formats.cuh"
+
+namespace {
+
+using namespace qsp;
+using namespace qsp::kern;
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+float ulp16(float x) {
+  const float a = std::fabs(x);
+  if (a < 6.103515625e-05f) return 5.9604644775390625e-08f;  // subnormal step 2^-24
+  int e = 0;
+  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  return std::ldexp(1.0f, e - 11);
+}
+
+struct Counts {
+  int64_t n = 0, exact = 0, bad = 0, pad_bad = 0;
+};
+
+template <WFormat F>
+void check_format(int32_t dtype, bool exact_frags, const Shape& sh, uint64_t seed) {
+  using T = WTraits<F>;
+  const int64_t rows = sh.rows, cols = sh.cols;
+  INFO(fmt::name(dtype) << " " << rows << "x" << cols);
+  const fmt::Format* host = fmt::find(dtype);
+  REQUIRE(host != nullptr);
+  REQUIRE(T::serves(dtype));
+  // Gaussian rows of different scales, every 7th row with one outlier (large
+  // scales, small codes elsewhere), a zero row.
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> src(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float sigma = r == 3 ? 0.0f : 0.01f * float(1 + r % 5);
+    for (int64_t i = 0; i < cols; ++i) src[size_t(r * cols + i)] = sigma * normal(rng);
+    if (r % 7 == 1) src[size_t(r * cols + (r * 13) % cols)] = 1.5f;
+  }
+  const uint64_t rb = host->row_bytes(uint64_t(cols));
+  REQUIRE(rb > 0);
+  std::vector<uint8_t> gguf(size_t(rb * rows));
+  std::vector<float> ref(src.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    host->quantize(&src[size_t(r * cols)], &gguf[size_t(r * rb)], uint64_t(cols));
+    host->dequantize(&gguf[size_t(r * rb)], &ref[size_t(r * cols)], uint64_t(cols));
+  }
+  std::vector<uint8_t> dev(T::bytes(rows, cols), 0xa5);
+  T::repack(dtype, gguf.data(), rows, cols, dev.data());
+
+  // Fragments, as the GEMV / mma.sync / wgmma kernels decode them.
+  const size_t soff = T::scales_offset(rows, cols);
+  const int64_t KC = qw::n_chunks(cols);
+  Counts k;
+  for (int64_t tile = 0; tile < qw::n_tiles(rows); ++tile)
+    for (int64_t c = 0; c < KC; ++c)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int64_t u = tile * KC + c;
+        typename T::Raw raw;
+        T::raw_at(raw, dev.data() + u * T::kUnit, dev.data() + soff + u * T::kScaleUnit, lane);
+        const int g = lane >> 2, t = lane & 3;
+        for (int s = 0; s < 4; ++s) {
+          uint32_t f[4];
+          T::frags(raw, s, f);
+          for (int j = 0; j < 4; ++j)
+            for (int hh = 0; hh < 2; ++hh) {
+              const int p = j >> 1, e = 2 * (j & 1) + hh;
+              const int64_t row = tile * 16 + 8 * p + g, col = c * 64 + qw::chunk_col(s, t, e);
+              const float got = fp16_to_fp32(uint16_t(f[j] >> (16 * hh)));
+              if (row >= rows || col >= cols) {
+                k.pad_bad += got != 0.0f;
+                continue;
+              }
+              const float want = ref[size_t(row * cols + col)];
+              const float want16 = fp16_to_fp32(fp32_to_fp16(want));
+              ++k.n;
+              if (got == want16) {
+                ++k.exact;
+              } else if (exact_frags || !(std::fabs(got - want) <= ulp16(want))) {
+                if (k.bad++ == 0) {
+                  UNSCOPED_INFO("first bad fragment value: row " << row << " col " << col << " lane " << lane
+                                                                 << " step " << s << ": " << got << " vs " << want);
+                }
+              }
+            }
+        }
+      }
+  std::printf("  %-5s %4lldx%-4lld fragments: %lld values, %lld equal to fp16(ref), %lld off by <= 1 ulp, %lld bad, "
+              "%lld bad padding\n",
+              fmt::name(dtype), (long long)rows, (long long)cols, (long long)k.n, (long long)k.exact,
+              (long long)(k.n - k.exact - k.bad), (long long)k.bad, (long long)k.pad_bad);
+  CHECK(k.bad == 0);
+  CHECK(k.pad_bad == 0);
+  CHECK(k.n == rows * cols);
+
+  // The embedding's load8: fp32, exactly the reference.
+  DWeight w;
+  w.data = dev.data();
+  w.fmt = F;
+  w.rows = int32_t(rows);
+  w.cols = int32_t(cols);
+  int64_t l8_bad = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c8 = 0; c8 < cols; c8 += 8) {
+      float o[8];
+      T::load8(w, r, c8, o);
+      for (int i = 0; i < 8; ++i) l8_bad += !(o[i] == ref[size_t(r * cols + c8 + i)]);
+    }
+  CHECK(l8_bad == 0);
+}
+
+// Device bytes of one 16 x 64 unit (quants + side data) -> bits per weight.
+template <WFormat F>
+double bits_per_weight() {
+  return double(WTraits<F>::bytes(16, 64)) * 8.0 / 1024.0;
+}
+
+const Shape kLegacyShapes[] = {{37, 96}, {16, 256}, {5, 32}, {40, 320}, {1, 4096}};
+
+}  // namespace
+
+TEST_CASE("kernel formats: Q5_0 repack + device decode on the CPU", "[kernel_formats]") {
+  CHECK(bits_per_weight<WFormat::kQ5_0>() == 5.5);
+  uint64_t seed = 50;
+  for (const Shape& s : kLegacyShapes) check_format<WFormat::kQ5_0>(QSP_DTYPE_Q5_0, true, s, seed++);
+}
+
+TEST_CASE("kernel formats: Q4_1 repack + device decode on the CPU", "[kernel_formats]") {
+  CHECK(bits_per_weight<WFormat::kQ4_1>() == 5.0);
+  uint64_t seed = 41;
+  for (const Shape& s : kLegacyShapes) check_format<WFormat::kQ4_1>(QSP_DTYPE_Q4_1, false, s, seed++);
+}
+
+TEST_CASE("kernel formats: Q5_1 repack + device decode on the CPU", "[kernel_formats]") {
+  CHECK(bits_per_weight<WFormat::kQ5_1>() == 6.0);
+  uint64_t seed = 51;
+  for (const Shape& s : kLegacyShapes) check_format<WFormat::kQ5_1>(QSP_DTYPE_Q5_1, false, s, seed++);
+}
+
+namespace {
+const Shape kKShapes[] = {{37, 256}, {16, 512}, {5, 1024}, {40, 768}, {1, 4096}};
+}  // namespace
+
+TEST_CASE("kernel formats: Q2_K repack + device decode on the CPU", "[kernel_formats]") {
+  CHECK(bits_per_weight<WFormat::kQ2_K>() == 3.0);
+  uint64_t seed = 20;
+  for (const Shape& s : kKShapes) check_format<WFormat::kQ2_K>(QSP_DTYPE_Q2_K, false, s, seed++);
+}
+
+TEST_CASE("kernel formats: Q3_K repack + device decode on the CPU", "[kernel_formats]") {
+  CHECK(bits_per_weight<WFormat::kQ3_K>() == 3.75);
+  uint64_t seed = 30;
+  for (const Shape& s : kKShapes) check_format<WFormat::kQ3_K>(QSP_DTYPE_Q3_K, true, s, seed++);
+}
+
+TEST_CASE("kernel formats: K multiples gemm_supported asks for", "[kernel_formats]") {
+  CHECK(qw::ColsMultiple<WTraits<WFormat::kQ4_0>>::value == 32);
+  CHECK(qw::ColsMultiple<WTraits<WFormat::kQ5_0>>::value == 32);
+  CHECK(qw::ColsMultiple<WTraits<WFormat::kQ2_K>>::value == 256);
+  CHECK(qw::ColsMultiple<WTraits<WFormat::kQ3_K>>::value == 256);
+  const char* why = nullptr;
+  CHECK(!gemm_supported(WFormat::kQ2_K, 16, 96, &why));
+  REQUIRE(why != nullptr);
+  CHECK(std::string(why).find("256") != std::string::npos);
+  CHECK(!gemm_supported(WFormat::kQ3_K, 16, 512 + 64, &why));
+  CHECK(gemm_supported(WFormat::kQ3_K, 16, 512, &why));
+  CHECK(gemm_supported(WFormat::kQ5_1, 16, 96, &why));
+}
