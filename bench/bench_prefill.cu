@@ -1,6 +1,7 @@
 // bench_prefill: whole-model prefill throughput of qsp on the GPU, next to a
 // baseline a user would otherwise pick, in the same run:
-//   qsp      the public C API, backend CUDA, Q4_0 / Q8_0 weights
+//   qsp      the public C API, backend CUDA, Q4_0 / Q8_0 weights (--type: any
+//            quantized format, e.g. q4_K,q6_K)
 //   cublas   the same layers with fp16 weights through cuBLAS (fp32
 //            accumulation), qsp's own norm / RoPE / attention kernels between
 //            them — i.e. what dequantizing the model to fp16 would buy.
@@ -64,8 +65,25 @@ double total_flops(const Shape& s, double n, double past) {
   return 2 * linear_params(s) * n + attn_flops(s, n, past) + 2.0 * s.vocab * s.hidden;
 }
 
-// Fast random bytes for quantized weights: random nibbles / int8 with fp16
-// scales drawn around what trained models carry (~0.6/sqrt(K) per element).
+// Fast random bytes for quantized weights: random codes (and random sub-block
+// scales for the K-quants) with the fp16 block scales set to what trained
+// models carry (~0.6/sqrt(K) per element). Reference-quantizing 8B random
+// weights would take minutes per type; the kernels' speed does not depend on
+// the values.
+struct BlockScales {
+  int32_t dtype;
+  uint32_t block_bytes, elems;
+  int d_off, m_off;  // byte offsets of the fp16 d (and min, -1: none)
+  float d_per_elem;   // d in units of the element scale
+};
+constexpr BlockScales kBlockScales[] = {
+    {QSP_DTYPE_Q4_0, 18, 32, 0, -1, 2.5f / 8},      {QSP_DTYPE_Q8_0, 34, 32, 0, -1, 2.5f / 127},
+    {QSP_DTYPE_Q4_1, 20, 32, 0, 2, 5.0f / 15},      {QSP_DTYPE_Q5_0, 22, 32, 0, -1, 2.5f / 16},
+    {QSP_DTYPE_Q5_1, 24, 32, 0, 2, 5.0f / 31},      {QSP_DTYPE_Q2_K, 84, 256, 80, 82, 5.0f / 3 / 15},
+    {QSP_DTYPE_Q3_K, 110, 256, 108, -1, 2.5f / 4 / 32}, {QSP_DTYPE_Q4_K, 144, 256, 0, 2, 5.0f / 15 / 63},
+    {QSP_DTYPE_Q5_K, 176, 256, 0, 2, 5.0f / 31 / 63}, {QSP_DTYPE_Q6_K, 210, 256, 208, -1, 2.5f / 32 / 127},
+};
+
 std::vector<uint8_t> random_quant(int32_t dtype, uint64_t rows, uint64_t cols, uint64_t seed) {
   std::vector<uint8_t> b(qsp_dtype_size(dtype, rows, cols));
   qsp_test::Rng r(seed);
@@ -73,13 +91,19 @@ std::vector<uint8_t> random_quant(int32_t dtype, uint64_t rows, uint64_t cols, u
     uint64_t v = r.next();
     std::memcpy(&b[i], &v, 8);
   }
-  const size_t block = dtype == QSP_DTYPE_Q4_0 ? 18 : 34;
+  const BlockScales* bs = nullptr;
+  for (const BlockScales& x : kBlockScales)
+    if (x.dtype == dtype) bs = &x;
+  if (!bs) {
+    std::fprintf(stderr, "bench_prefill: no random blocks for %s\n", qsp_dtype_name(dtype));
+    std::exit(2);
+  }
   const float elem_sd = 0.6f / std::sqrt(float(cols));
-  const float d = dtype == QSP_DTYPE_Q4_0 ? elem_sd * 2.5f / 8.0f : elem_sd * 2.5f / 127.0f;
-  for (size_t off = 0; off < b.size(); off += block) {
+  for (size_t off = 0; off < b.size(); off += bs->block_bytes) {
     const float jitter = 0.75f + 0.5f * float(r.next() & 0xffff) / 65535.0f;
-    const uint16_t h = qsp::fp32_to_fp16(d * jitter);
-    std::memcpy(&b[off], &h, 2);
+    const uint16_t h = qsp::fp32_to_fp16(elem_sd * bs->d_per_elem * jitter);
+    std::memcpy(&b[off + bs->d_off], &h, 2);
+    if (bs->m_off >= 0) std::memcpy(&b[off + bs->m_off], &h, 2);
   }
   return b;
 }
@@ -470,6 +494,26 @@ std::vector<uint32_t> parse_list(const char* s) {
 
 }  // namespace
 
+// --type: "all" (q4_0 and q8_0) or a comma list of any quantized names (q4_K, ...).
+std::vector<int32_t> bench_types(const std::string& type) {
+  if (type == "all") return {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0};
+  std::vector<int32_t> v;
+  for (size_t at = 0; at <= type.size();) {
+    size_t end = type.find(',', at);
+    if (end == std::string::npos) end = type.size();
+    const std::string name = type.substr(at, end - at);
+    bool found = false;
+    for (const BlockScales& x : kBlockScales)
+      if (name == qsp_dtype_name(x.dtype)) v.push_back(x.dtype), found = true;
+    if (!found) {
+      std::fprintf(stderr, "bench_prefill: unknown --type %s\n", name.c_str());
+      std::exit(2);
+    }
+    at = end + 1;
+  }
+  return v;
+}
+
 int main(int argc, char** argv) {
   std::string model = "all", type = "all";
   std::vector<uint32_t> lengths = {1, 128, 512, 2048, 8192};
@@ -514,8 +558,7 @@ int main(int argc, char** argv) {
   if (!batches.empty()) {
     for (const Shape& s : kShapes) {
       if (model != "all" && std::string(s.name).find(model) == std::string::npos) continue;
-      for (int32_t dtype : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0}) {
-        if (type != "all" && type != qsp_dtype_name(dtype)) continue;
+      for (int32_t dtype : bench_types(type)) {
         for (const std::string& b : batches) bench_batch(s, dtype, b, reps, table);
       }
     }
@@ -526,8 +569,7 @@ int main(int argc, char** argv) {
   }
   for (const Shape& s : kShapes) {
     if (model != "all" && std::string(s.name).find(model) == std::string::npos) continue;
-    for (int32_t dtype : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0}) {
-      if (type != "all" && type != qsp_dtype_name(dtype)) continue;
+    for (int32_t dtype : bench_types(type)) {
       qsp_context* ctx = make_qsp(s, dtype, max_seq);
       for (uint32_t n : lengths) {
         const double ms = time_qsp(ctx, n, 0, reps_for(n, reps), tokens);
