@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (the GGUF reader, and the C API driven by call
-# sequences) with clang++-14 (AddressSanitizer +
-# UndefinedBehaviorSanitizer) and fuzzes each for SECONDS (default 60), starting
-# from the committed corpora in fuzz/corpus/{gguf,api}. Installs nothing.
+# Builds every libFuzzer target (the GGUF reader, the C API driven by call
+# sequences, the weight-format decoders and quantizers, the batched prefill)
+# with clang++-14 (AddressSanitizer + UndefinedBehaviorSanitizer) and fuzzes
+# them one after the other for SECONDS in all (default 60, shared out equally,
+# at least 5 s each: CI's step stays one minute), starting from the committed
+# corpora in fuzz/corpus/NAME with fuzz/NAME.dict and fuzz/NAME.options when
+# they exist. Installs nothing.
 # New inputs go to the build directory, never into the repository; a crash
 # leaves its input in BUILD/artifacts/ and makes the script fail.
 #
@@ -16,15 +19,21 @@ command -v "$cxx" >/dev/null || { echo "run-fuzz: $cxx not found (Debian package
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S "$root/fuzz" -B "$build" "${gen[@]}" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" --target fuzz_gguf fuzz_api -j"$(nproc)"
-mkdir -p "$build/corpus" "$build/corpus-api" "$build/artifacts"
+targets=(gguf api formats batch)
+cmake --build "$build" --target "${targets[@]/#/fuzz_}" -j"$(nproc)"
+mkdir -p "$build/artifacts"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export QSP_LOG=
-echo "run-fuzz: fuzzing the GGUF reader for ${secs}s"
-"$build/fuzz_gguf" -max_total_time="$secs" -max_len=16384 -timeout=20 -rss_limit_mb=2048 \
-  -dict="$root/fuzz/gguf.dict" -print_final_stats=1 -artifact_prefix="$build/artifacts/" \
-  "$build/corpus" "$root/fuzz/corpus/gguf"
-echo "run-fuzz: fuzzing the C API for ${secs}s"
-"$build/fuzz_api" -max_total_time="$secs" -max_len=4096 -timeout=20 -rss_limit_mb=2048 \
-  -print_final_stats=1 -artifact_prefix="$build/artifacts/" "$build/corpus-api" "$root/fuzz/corpus/api"
+each=$((secs / ${#targets[@]}))
+[ "$each" -ge 5 ] || each=5
+for name in "${targets[@]}"; do
+  flags=(-max_total_time="$each" -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$build/artifacts/")
+  [ -f "$root/fuzz/$name.dict" ] && flags+=(-dict="$root/fuzz/$name.dict")
+  [ -f "$root/fuzz/$name.options" ] && while read -r f; do
+    case "$f" in -*) flags+=("$f") ;; esac
+  done <"$root/fuzz/$name.options"
+  mkdir -p "$build/corpus-$name" "$root/fuzz/corpus/$name"
+  echo "run-fuzz: fuzzing fuzz_$name for ${each}s"
+  "$build/fuzz_$name" "${flags[@]}" "$build/corpus-$name" "$root/fuzz/corpus/$name"
+done

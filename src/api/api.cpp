@@ -268,8 +268,12 @@ qsp_status qsp_prefill_batch(const qsp_batch_seq* seqs, uint32_t n_seqs, uint32_
     return fail(nullptr, QSP_ERR_STRUCT_SIZE,
                 qsp::strprintf("seq_size is %u; expected %zu (sizeof(qsp_batch_seq))", seq_size,
                                sizeof(qsp_batch_seq)));
-  const auto seq = [&](uint32_t i) -> const qsp_batch_seq& {
-    return *reinterpret_cast<const qsp_batch_seq*>(reinterpret_cast<const char*>(seqs) + uint64_t(i) * seq_size);
+  // Copied out, not referenced: any seq_size in range is accepted, and a
+  // stride that is not a multiple of 8 leaves seqs[i] misaligned (fuzz_batch).
+  const auto seq = [&](uint32_t i) {
+    qsp_batch_seq s{};
+    std::memcpy(&s, reinterpret_cast<const char*>(seqs) + uint64_t(i) * seq_size, kMinSeqSize);
+    return s;
   };
   // Every context of the batch hears of a failure, and so does the thread.
   const auto fail_all = [&](qsp_status st) {
@@ -284,7 +288,7 @@ qsp_status qsp_prefill_batch(const qsp_batch_seq* seqs, uint32_t n_seqs, uint32_
   return fail_all(guarded(nullptr, [&] {
     std::vector<qsp::BatchSeq> v(n_seqs);
     for (uint32_t i = 0; i < n_seqs; ++i) {
-      const qsp_batch_seq& s = seq(i);
+      const qsp_batch_seq s = seq(i);
       QSP_FAIL_IF(s.flags != 0, QSP_ERR_INVALID_ARGUMENT, "sequence %u: flags must be 0", i);
       QSP_FAIL_IF(!s.tokens && !s.embeddings, QSP_ERR_INVALID_ARGUMENT,
                   "sequence %u: tokens and embeddings are both NULL", i);
