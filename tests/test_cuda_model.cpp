@@ -100,34 +100,26 @@ struct Poison : ScopedEnv {
   Poison() : ScopedEnv("QSP_POISON", "1") {}
 };
 
-// The projections of layer l get dtype types[l % size][slot] (slots kWq, kWk,
-// kWv, kWo, kWGate / kWUp (one dtype: the SwiGLU pair shares a format),
-// kWDown), freshly drawn like make_model's; the embedding / LM head too.
+// The projections of layer l get dtype types[l % size][slot] (kWGate and
+// kWUp one dtype: the SwiGLU pair shares a format on the GPU).
 struct LayerTypes {
   int32_t q, k, v, o, gate_up, down;
 };
 void retype(TestModel& m, const std::vector<LayerTypes>& types, int32_t embd, int32_t head) {
-  std::mt19937_64 rng(m.spec.seed * 7919 + 5);
-  auto redo = [&](HostTensor& t, int32_t dt) {
-    const float sd = 0.6f / std::sqrt(float(t.cols));
-    t = make_tensor(rng, t.handle, dt, t.rows, t.cols, 0.0f, sd);
-  };
-  for (uint32_t l = 0; l < m.spec.n_layers; ++l) {
-    const LayerTypes& ty = types[l % types.size()];
-    auto& L = m.layers[l];
-    redo(L[kWq], ty.q);
-    redo(L[kWk], ty.k);
-    redo(L[kWv], ty.v);
-    redo(L[kWo], ty.o);
-    redo(L[kWGate], ty.gate_up);
-    redo(L[kWUp], ty.gate_up);
-    redo(L[kWDown], ty.down);
-  }
-  m.embd = make_tensor(rng, m.embd.handle, embd, m.embd.rows, m.embd.cols, 0.0f, 0.05f);
-  if (!m.spec.tied) {
-    m.lm_head = make_tensor(rng, m.lm_head.handle, head, m.lm_head.rows, m.lm_head.cols, 0.0f,
-                            2.0f / std::sqrt(float(m.lm_head.cols)));
-  }
+  qsp_test::retype(
+      m,
+      [&](uint32_t l, LayerSlot s) {
+        const LayerTypes& t = types[l % types.size()];
+        switch (s) {
+          case kWq: return t.q;
+          case kWk: return t.k;
+          case kWv: return t.v;
+          case kWo: return t.o;
+          case kWDown: return t.down;
+          default: return t.gate_up;
+        }
+      },
+      embd, head);
 }
 
 void compare_model(const TestModel& m, const char* label, const std::vector<uint32_t>& lengths, double tol = 1e-2) {

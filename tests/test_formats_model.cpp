@@ -9,172 +9,45 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "formats/format.h"
 #include "qsp/qsp.h"
+#include "support/model.h"
+
+using namespace qsp_test;
 
 namespace {
-
-struct Weight {
-  uint64_t handle = 0;
-  int32_t dtype = QSP_DTYPE_F32;
-  uint64_t rows = 0, cols = 0;
-  std::vector<uint8_t> bytes;
-  std::vector<float> values;  // exactly what the bytes decode to
-
-  qsp_tensor view() const {
-    qsp_tensor t{};
-    t.handle = handle;
-    t.dtype = dtype;
-    t.n_rows = rows;
-    t.n_cols = cols;
-    t.data = bytes.data();
-    t.n_bytes = bytes.size();
-    return t;
-  }
-  // The same values as an F32 tensor under another handle.
-  Weight f32_twin(uint64_t h) const {
-    Weight w = *this;
-    w.handle = h;
-    w.dtype = QSP_DTYPE_F32;
-    w.bytes.resize(values.size() * sizeof(float));
-    std::memcpy(w.bytes.data(), values.data(), w.bytes.size());
-    return w;
-  }
-};
-
-Weight make_weight(std::mt19937_64& rng, uint64_t handle, int32_t dtype, uint64_t rows, uint64_t cols, float mean,
-                   float sd) {
-  const qsp::fmt::Format* f = qsp::fmt::find(dtype);
-  REQUIRE(f != nullptr);
-  Weight w;
-  w.handle = handle;
-  w.dtype = dtype;
-  w.rows = rows;
-  w.cols = cols;
-  std::normal_distribution<float> nd(mean, sd);
-  std::vector<float> src(cols);
-  const uint64_t row_bytes = f->row_bytes(cols);
-  REQUIRE(row_bytes != 0);
-  REQUIRE(qsp_dtype_size(dtype, rows, cols) == rows * row_bytes);
-  w.bytes.resize(rows * row_bytes);
-  w.values.resize(rows * cols);
-  for (uint64_t r = 0; r < rows; ++r) {
-    for (auto& v : src) v = nd(rng);
-    if (r % 5 == 2) src[r % cols] *= 8.0f;  // the odd outlier, as trained weights have
-    f->quantize(src.data(), w.bytes.data() + r * row_bytes, cols);
-    f->dequantize(w.bytes.data() + r * row_bytes, w.values.data() + r * cols, cols);
-  }
-  return w;
-}
-
-// Projection slots in the order of qsp_layer_weights' matrices.
-enum Slot { kWq, kWk, kWv, kWo, kGate, kUp, kDown, kSlots };
 
 struct Mix {
   const char* name;
   bool qwen3;
-  std::function<int32_t(uint32_t layer, Slot)> type;
+  std::function<int32_t(uint32_t layer, LayerSlot)> type;
   int32_t embd, head;
 };
 
-struct Model {
-  qsp_context_params params{};
-  // Per layer: attn_norm, q_norm, k_norm, ffn_norm, then the kSlots matrices.
-  std::vector<std::vector<Weight>> layers;
-  Weight embd, out_norm, head;
-
-  Model twin(uint64_t offset) const {
-    Model m = *this;
-    for (auto& L : m.layers)
-      for (auto& w : L) w = w.f32_twin(w.handle + offset);
-    m.embd = embd.f32_twin(embd.handle + offset);
-    m.out_norm = out_norm.f32_twin(out_norm.handle + offset);
-    m.head = head.f32_twin(head.handle + offset);
-    return m;
-  }
-
-  qsp_context* create() const {
-    qsp_context* ctx = nullptr;
-    REQUIRE(qsp_context_create(&params, &ctx) == QSP_OK);
-    for (uint32_t l = 0; l < layers.size(); ++l) {
-      const auto& L = layers[l];
-      qsp_layer_weights w;
-      qsp_layer_weights_init(&w);
-      w.attn_norm = L[0].view();
-      if (params.qk_norm) {
-        w.q_norm = L[1].view();
-        w.k_norm = L[2].view();
-      }
-      w.ffn_norm = L[3].view();
-      w.wq = L[4 + kWq].view();
-      w.wk = L[4 + kWk].view();
-      w.wv = L[4 + kWv].view();
-      w.wo = L[4 + kWo].view();
-      w.w_gate = L[4 + kGate].view();
-      w.w_up = L[4 + kUp].view();
-      w.w_down = L[4 + kDown].view();
-      INFO("layer " << l << ": " << qsp_last_error());
-      REQUIRE(qsp_upload_layer(ctx, l, &w) == QSP_OK);
-    }
-    qsp_tensor e = embd.view();
-    INFO(qsp_last_error());
-    REQUIRE(qsp_upload_embedding(ctx, &e) == QSP_OK);
-    qsp_output_weights o;
-    qsp_output_weights_init(&o);
-    o.norm = out_norm.view();
-    o.lm_head = head.view();
-    REQUIRE(qsp_upload_output(ctx, &o) == QSP_OK);
-    return ctx;
-  }
-};
-
-// hidden 256, 4 heads of 64 (2 KV heads), ffn 512: every matrix has a multiple of 256 columns.
-Model make_model(const Mix& mix, uint64_t handle_base, uint64_t seed) {
-  const uint32_t n_layers = 2, H = 256, n_heads = 4, n_kv = 2, D = 64, F = 512, V = 320;
-  const uint64_t Q = uint64_t(n_heads) * D, KV = uint64_t(n_kv) * D;
-  std::mt19937_64 rng(seed);
-  uint64_t h = handle_base;
-  Model m;
-  for (uint32_t l = 0; l < n_layers; ++l) {
-    std::vector<Weight> L;
-    L.push_back(make_weight(rng, ++h, QSP_DTYPE_F32, 1, H, 1.0f, 0.2f));
-    L.push_back(make_weight(rng, ++h, QSP_DTYPE_F32, 1, D, 1.0f, 0.2f));
-    L.push_back(make_weight(rng, ++h, QSP_DTYPE_F32, 1, D, 1.0f, 0.2f));
-    L.push_back(make_weight(rng, ++h, QSP_DTYPE_F32, 1, H, 1.0f, 0.2f));
-    const float sh = 0.6f / std::sqrt(float(H)), sq = 0.6f / std::sqrt(float(Q)), sf = 0.6f / std::sqrt(float(F));
-    L.push_back(make_weight(rng, ++h, mix.type(l, kWq), Q, H, 0.0f, sh));
-    L.push_back(make_weight(rng, ++h, mix.type(l, kWk), KV, H, 0.0f, sh));
-    L.push_back(make_weight(rng, ++h, mix.type(l, kWv), KV, H, 0.0f, sh));
-    L.push_back(make_weight(rng, ++h, mix.type(l, kWo), H, Q, 0.0f, sq));
-    L.push_back(make_weight(rng, ++h, mix.type(l, kGate), F, H, 0.0f, sh));
-    L.push_back(make_weight(rng, ++h, mix.type(l, kUp), F, H, 0.0f, sh));
-    L.push_back(make_weight(rng, ++h, mix.type(l, kDown), H, F, 0.0f, sf));
-    m.layers.push_back(std::move(L));
-  }
-  m.embd = make_weight(rng, ++h, mix.embd, V, H, 0.0f, 0.05f);
-  m.out_norm = make_weight(rng, ++h, QSP_DTYPE_F32, 1, H, 1.0f, 0.2f);
-  m.head = make_weight(rng, ++h, mix.head, V, H, 0.0f, 2.0f / std::sqrt(float(H)));
-
-  qsp_context_params_init(&m.params);
-  m.params.n_layers = n_layers;
-  m.params.hidden_size = H;
-  m.params.intermediate_size = F;
-  m.params.n_heads = n_heads;
-  m.params.n_kv_heads = n_kv;
-  m.params.head_dim = D;
-  m.params.vocab_size = V;
-  m.params.max_seq_len = 64;
-  m.params.rms_eps = 1e-6f;
-  m.params.rope_theta = 1e6f;
-  m.params.rope_style = mix.qwen3 ? QSP_ROPE_NEOX : QSP_ROPE_INTERLEAVED;
-  m.params.qk_norm = mix.qwen3 ? 1 : 0;
-  m.params.backend = QSP_BACKEND_CPU;
+// hidden 256, 4 heads of 64 (2 KV heads), ffn 512: every matrix has a
+// multiple of 256 columns. Drawn by make_model, then re-typed by the mix.
+TestModel mix_model(const Mix& mix, uint64_t handle_base, uint64_t seed) {
+  ModelSpec s;
+  s.n_layers = 2;
+  s.hidden = 256;
+  s.n_heads = 4;
+  s.n_kv_heads = 2;
+  s.head_dim = 64;
+  s.ffn = 512;
+  s.vocab = 320;
+  s.max_seq = 64;
+  s.qwen3 = mix.qwen3;
+  s.tied = false;
+  s.seed = seed;
+  s.handle_base = handle_base;
+  s.wtype = QSP_DTYPE_F32;
+  s.embd_type = QSP_DTYPE_F32;
+  TestModel m = make_model(s);
+  retype(m, mix.type, mix.embd, mix.head);
   return m;
 }
 
@@ -187,28 +60,25 @@ std::vector<float> last_logits(qsp_context* ctx) {
 
 void check_against_f32_twin(const Mix& mix, uint64_t handle_base, uint64_t seed) {
   INFO(mix.name);
-  const Model q = make_model(mix, handle_base, seed);
-  const Model f = q.twin(0x100000);
-  qsp_context* cq = q.create();
-  qsp_context* cf = f.create();
+  const TestModel q = mix_model(mix, handle_base, seed);
+  const TestModel f = q.f32_twin(0x100000);
+  qsp_context* cq = q.create(QSP_BACKEND_CPU);
+  qsp_context* cf = f.create(QSP_BACKEND_CPU);
+  INFO(qsp_last_error());
+  REQUIRE(cq != nullptr);
+  REQUIRE(cf != nullptr);
   // An odd-length prompt, then a continuation (a second chunk against the KV cache).
   std::mt19937_64 rng(seed + 1);
-  std::uniform_int_distribution<int32_t> tok(0, int32_t(q.params.vocab_size) - 1);
   for (uint32_t n : {7u, 4u}) {
-    std::vector<int32_t> tokens(n);
-    for (auto& t : tokens) t = tok(rng);
+    const std::vector<int32_t> tokens = random_tokens(n, q.spec.vocab, rng());
     REQUIRE(qsp_prefill(cq, tokens.data(), n) == QSP_OK);
     REQUIRE(qsp_prefill(cf, tokens.data(), n) == QSP_OK);
     const std::vector<float> a = last_logits(cq), b = last_logits(cf);
-    REQUIRE(a.size() == q.params.vocab_size);
+    REQUIRE(a.size() == q.spec.vocab);
     REQUIRE(b.size() == a.size());
-    double num = 0, den = 0, spread = 0;
-    for (size_t i = 0; i < a.size(); ++i) {
-      num += double(a[i] - b[i]) * double(a[i] - b[i]);
-      den += double(b[i]) * double(b[i]);
-      spread = std::max(spread, std::fabs(double(b[i]) - double(b[0])));
-    }
-    const double rel = den > 0 ? std::sqrt(num / den) : 0.0;
+    double spread = 0;
+    for (size_t i = 0; i < a.size(); ++i) spread = std::max(spread, std::fabs(double(b[i]) - double(b[0])));
+    const double rel = rel_l2(a.data(), b.data(), a.size());
     INFO("prefill of " << n << ": relative L2 " << rel);
     REQUIRE(spread > 1e-3);  // the logits are not degenerate
     REQUIRE(rel <= 1e-6);
@@ -227,8 +97,8 @@ TEST_CASE("formats 1.1: a Q4_K_M-like model equals its dequantized F32 twin on t
   // As llama.cpp's Q4_K_M: Q4_K for most matrices and the embedding, Q6_K for ffn_down and the
   // LM head; attn_v Q6_K in the first layer, Q5_0 in the other (the legacy fallback).
   const Mix mix{"q4_K_m-like", true,
-                [](uint32_t l, Slot s) {
-                  if (s == kDown) return QSP_DTYPE_Q6_K;
+                [](uint32_t l, LayerSlot s) {
+                  if (s == kWDown) return QSP_DTYPE_Q6_K;
                   if (s == kWv) return l == 0 ? QSP_DTYPE_Q6_K : QSP_DTYPE_Q5_0;
                   return QSP_DTYPE_Q4_K;
                 },
@@ -239,18 +109,18 @@ TEST_CASE("formats 1.1: a Q4_K_M-like model equals its dequantized F32 twin on t
 TEST_CASE("formats 1.1: every new format in some slot, Llama style, equals its F32 twin", "[formats][model]") {
   static const int32_t kTypes[] = {QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1, QSP_DTYPE_Q2_K,
                                    QSP_DTYPE_Q3_K, QSP_DTYPE_Q4_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K};
-  const Mix mix{"every format", false, [](uint32_t l, Slot s) { return kTypes[(l * kSlots + s) % 8]; },
+  const Mix mix{"every format", false, [](uint32_t l, LayerSlot s) { return kTypes[(l * 11 + s) % 8]; },
                 QSP_DTYPE_Q3_K, QSP_DTYPE_Q2_K};
   check_against_f32_twin(mix, 0x4B51000000200000ull, 12);
-  const Mix mix2{"every format, shifted", true, [](uint32_t l, Slot s) { return kTypes[(l * kSlots + s + 3) % 8]; },
+  const Mix mix2{"every format, shifted", true, [](uint32_t l, LayerSlot s) { return kTypes[(l * 11 + s + 3) % 8]; },
                  QSP_DTYPE_Q5_1, QSP_DTYPE_Q4_1};
   check_against_f32_twin(mix2, 0x4B51000000300000ull, 13);
 }
 
 TEST_CASE("formats 1.1: K-quant tensors with a wrong size or columns not a multiple of 256 give DTYPE",
           "[formats][model]") {
-  const Mix mix{"q4_K", true, [](uint32_t, Slot) { return QSP_DTYPE_Q4_K; }, QSP_DTYPE_Q4_K, QSP_DTYPE_Q6_K};
-  const Model m = make_model(mix, 0x4B51000000400000ull, 14);
+  const Mix mix{"q4_K", true, [](uint32_t, LayerSlot) { return QSP_DTYPE_Q4_K; }, QSP_DTYPE_Q4_K, QSP_DTYPE_Q6_K};
+  const TestModel m = mix_model(mix, 0x4B51000000400000ull, 14);
   qsp_context* ctx = nullptr;
   REQUIRE(qsp_context_create(&m.params, &ctx) == QSP_OK);
   qsp_tensor e = m.embd.view();
@@ -266,7 +136,7 @@ TEST_CASE("formats 1.1: K-quant tensors with a wrong size or columns not a multi
   std::mt19937_64 rng(15);
   for (int32_t t : {QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q4_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K}) {
     INFO(qsp_dtype_name(t));
-    Weight w;
+    HostTensor w;
     w.handle = 0x4B51000000500000ull + uint64_t(t);
     w.dtype = t;
     w.rows = p.vocab_size;

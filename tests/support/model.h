@@ -18,35 +18,15 @@
 
 namespace qsp_test {
 
-// rows x cols fp32 values -> the bytes of `dtype` (GGUF layout, reference
-// quantizers; F16 / BF16 round to nearest even; F32 as is).
+// rows x cols fp32 values -> the bytes of `dtype` (GGUF layout): each
+// format's reference quantizer from the registry (src/formats; F16 / BF16
+// round to nearest even, F32 as is).
 inline std::vector<uint8_t> quantize_rows(int32_t dtype, const float* src, uint64_t rows, uint64_t cols) {
+  const qsp::fmt::Format* f = qsp::fmt::find(dtype);
   std::vector<uint8_t> bytes(qsp_dtype_size(dtype, rows, cols));
-  const uint64_t row_bytes = rows ? bytes.size() / rows : 0;
-  for (uint64_t r = 0; r < rows; ++r) {
-    const float* x = src + r * cols;
-    uint8_t* dst = bytes.data() + r * row_bytes;
-    switch (dtype) {
-      case QSP_DTYPE_Q4_0: qsp::quantize_row_q4_0(x, reinterpret_cast<qsp::BlockQ4_0*>(dst), cols); break;
-      case QSP_DTYPE_Q8_0: qsp::quantize_row_q8_0(x, reinterpret_cast<qsp::BlockQ8_0*>(dst), cols); break;
-      case QSP_DTYPE_F16:
-        for (uint64_t c = 0; c < cols; ++c) reinterpret_cast<uint16_t*>(dst)[c] = qsp::fp32_to_fp16(x[c]);
-        break;
-      case QSP_DTYPE_BF16:
-        for (uint64_t c = 0; c < cols; ++c) reinterpret_cast<uint16_t*>(dst)[c] = qsp::fp32_to_bf16(x[c]);
-        break;
-      default: {
-        // The 1.1 block formats (Q4_1 ... Q6_K): their reference quantizers.
-        const qsp::fmt::Format* f = qsp::fmt::find(dtype);
-        if (f && f->quantized()) {
-          f->quantize(x, dst, cols);
-        } else {
-          std::memcpy(dst, x, cols * sizeof(float));
-        }
-        break;
-      }
-    }
-  }
+  if (!f || bytes.empty()) return bytes;
+  const uint64_t row_bytes = bytes.size() / rows;
+  for (uint64_t r = 0; r < rows; ++r) f->quantize(src + r * cols, bytes.data() + r * row_bytes, cols);
   return bytes;
 }
 
@@ -56,6 +36,16 @@ struct HostTensor {
   uint64_t rows = 0, cols = 0;
   std::vector<uint8_t> bytes;   // as uploaded
   std::vector<float> values;    // the exact dequantized values (rows x cols)
+
+  // The same values as an F32 tensor under handle h.
+  HostTensor f32_twin(uint64_t h) const {
+    HostTensor t = *this;
+    t.handle = h;
+    t.dtype = QSP_DTYPE_F32;
+    t.bytes.resize(values.size() * sizeof(float));
+    std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+    return t;
+  }
 
   qsp_tensor view() const {
     qsp_tensor t{};
@@ -137,6 +127,17 @@ struct TestModel {
   }
   const HostTensor& head() const { return spec.tied ? embd : lm_head; }
 
+  // The same model with every tensor an F32 twin (handles + offset).
+  TestModel f32_twin(uint64_t offset) const {
+    TestModel m = *this;
+    for (auto& L : m.layers)
+      for (auto& t : L) t = t.f32_twin(t.handle + offset);
+    m.embd = embd.f32_twin(embd.handle + offset);
+    m.out_norm = out_norm.f32_twin(out_norm.handle + offset);
+    if (!spec.tied) m.lm_head = lm_head.f32_twin(lm_head.handle + offset);
+    return m;
+  }
+
   // Uploads everything; returns the first failing status.
   qsp_status upload(qsp_context* ctx) const {
     for (uint32_t l = 0; l < spec.n_layers; ++l) {
@@ -210,6 +211,25 @@ inline TestModel make_model(const ModelSpec& s) {
   m.params.qk_norm = s.qwen3 ? 1 : 0;
   m.params.backend = QSP_BACKEND_CPU;
   return m;
+}
+
+// Re-draws the projections of the model, each in the dtype type_of(layer,
+// slot) gives (slot: kWq, kWk, kWv, kWo, kWGate, kWUp, kWDown), like
+// make_model draws them, under the same handles; the embedding in `embd`
+// and an untied LM head in `head` too. For the mixes of real files
+// (Q4_K_M: Q4_K with ffn_down and the LM head Q6_K, ...).
+template <class TypeOf>
+void retype(TestModel& m, TypeOf&& type_of, int32_t embd, int32_t head) {
+  std::mt19937_64 rng(m.spec.seed * 7919 + 5);
+  for (uint32_t l = 0; l < m.spec.n_layers; ++l)
+    for (LayerSlot s : {kWq, kWk, kWv, kWo, kWGate, kWUp, kWDown}) {
+      HostTensor& t = m.layers[l][s];
+      t = make_tensor(rng, t.handle, type_of(l, s), t.rows, t.cols, 0.0f, 0.6f / std::sqrt(float(t.cols)));
+    }
+  m.embd = make_tensor(rng, m.embd.handle, embd, m.embd.rows, m.embd.cols, 0.0f, 0.05f);
+  if (!m.spec.tied)
+    m.lm_head = make_tensor(rng, m.lm_head.handle, head, m.lm_head.rows, m.lm_head.cols, 0.0f,
+                            2.0f / std::sqrt(float(m.lm_head.cols)));
 }
 
 inline std::vector<int32_t> random_tokens(uint32_t n, uint32_t vocab, uint64_t seed) {
