@@ -106,6 +106,7 @@ exit_codes)
 commands)
   expect 0 "$qsp" synth --preset tiny --type q4_0 "$work/tiny.gguf" && out_has "wrote"
   expect 0 "$qsp" info "$work/tiny.gguf" && out_has "architecture: qwen3" && out_has "runnable:     yes" \
+    && out_has "file type:    Q4_0 (general.file_type 2)" \
     && out_has "KV cache" && out_has "q4_0 x16"
   expect 0 "$qsp" info "$work/tiny.gguf" --tensors && out_has "blk.1.ffn_down.weight" && out_has "output.weight"
   expect 0 "$qsp" info && out_has "built-in tiny model"

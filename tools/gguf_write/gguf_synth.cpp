@@ -148,6 +148,9 @@ Writer synth_writer(const SynthPreset& p, int32_t wtype, uint64_t seed, std::vec
     case 0: file_type = 0; break;    // f32
     case 1: file_type = 1; break;    // f16
     case 2: file_type = 2; break;    // q4_0
+    case 3: file_type = 3; break;    // q4_1
+    case 6: file_type = 8; break;    // q5_0
+    case 7: file_type = 9; break;    // q5_1
     case 8: file_type = 7; break;    // q8_0
     case 10: file_type = 10; break;  // q2_K
     case 11: file_type = 12; break;  // q3_K -> Q3_K_M

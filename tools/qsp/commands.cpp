@@ -90,6 +90,27 @@ void write_logits(const std::string& path, const float* logits, uint32_t n) {
   if (std::fclose(f) != 0 || w != n) throw RuntimeError("cannot write " + path + ": " + std::strerror(e));
 }
 
+// general.file_type (llama.cpp's llama_ftype) as llama.cpp names it, e.g.
+// 15 -> "Q4_K - Medium"; nullptr for an id this table does not know.
+const char* file_type_name(int32_t ft) {
+  static const struct {
+    int32_t id;
+    const char* name;
+  } kNames[] = {
+      {0, "all F32"},          {1, "F16"},            {2, "Q4_0"},           {3, "Q4_1"},
+      {7, "Q8_0"},             {8, "Q5_0"},           {9, "Q5_1"},           {10, "Q2_K - Medium"},
+      {11, "Q3_K - Small"},    {12, "Q3_K - Medium"}, {13, "Q3_K - Large"},  {14, "Q4_K - Small"},
+      {15, "Q4_K - Medium"},   {16, "Q5_K - Small"},  {17, "Q5_K - Medium"}, {18, "Q6_K"},
+      {19, "IQ2_XXS - 2.0625 bpw"}, {20, "IQ2_XS - 2.3125 bpw"}, {21, "Q2_K - Small"},
+      {23, "IQ3_XXS - 3.0625 bpw"}, {24, "IQ1_S - 1.5625 bpw"}, {25, "IQ4_NL - 4.5 bpw"},
+      {28, "IQ2_S - 2.5 bpw"}, {29, "IQ2_M - 2.7 bpw"}, {30, "IQ4_XS - 4.25 bpw"},
+      {31, "IQ1_M - 1.75 bpw"}, {32, "BF16"},
+  };
+  for (const auto& n : kNames)
+    if (n.id == ft) return n.name;
+  return nullptr;
+}
+
 // "q4_0, q8_0, ...": the matrix types `qsp synth` writes (every format the
 // library computes).
 std::string wtype_names() {
@@ -127,6 +148,10 @@ int cmd_info(const std::vector<std::string>& argv) {
   if (i.name[0]) std::printf("name:         %s\n", i.name);
   std::printf("file:         %s, GGUF v%u, %" PRIu64 " tensors, %" PRIu64 " metadata keys, alignment %u\n",
               human_bytes(i.file_size).c_str(), i.version, i.tensor_count, i.kv_count, i.alignment);
+  if (i.file_type >= 0) {
+    const char* ftn = file_type_name(i.file_type);
+    std::printf("file type:    %s (general.file_type %d)\n", ftn ? ftn : "unknown to qsp", i.file_type);
+  }
   std::printf("architecture: %s%s\n", i.architecture[0] ? i.architecture : "(none)",
               i.known_architecture ? "" : " (not one qsp runs: qwen3, llama)");
   std::printf("layers:       %u\n", i.n_layers);
