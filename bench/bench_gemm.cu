@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/quant.h"
+#include "formats/format.h"
 #include "support/rng.h"
 #include "kernels/kernels.h"
 
@@ -126,14 +127,33 @@ int run(int argc, char** argv) {
     else if (s == "--swiglu") swiglu = true;
     else if (s == "--fmt" && i + 1 < argc) fmt_arg = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--quick] [--fmt q4|q8|f16|all|LIST] [--no-cublas] [--swiglu]\n"
+                   "  LIST: format names, e.g. q4_0,q4_K,q6_K (every format the kernels decode)\n", argv[0]);
       return 2;
     }
   }
   std::vector<int32_t> dtypes;
-  if (fmt_arg.find("q4") != std::string::npos || fmt_arg == "all") dtypes.push_back(QSP_DTYPE_Q4_0);
-  if (fmt_arg.find("q8") != std::string::npos || fmt_arg == "all") dtypes.push_back(QSP_DTYPE_Q8_0);
-  if (fmt_arg.find("f16") != std::string::npos || fmt_arg == "all") dtypes.push_back(QSP_DTYPE_F16);
+  if (fmt_arg == "all" || fmt_arg == "q4q8" || fmt_arg == "q4" || fmt_arg == "q8" || fmt_arg == "f16") {
+    if (fmt_arg.find("q4") != std::string::npos || fmt_arg == "all") dtypes.push_back(QSP_DTYPE_Q4_0);
+    if (fmt_arg.find("q8") != std::string::npos || fmt_arg == "all") dtypes.push_back(QSP_DTYPE_Q8_0);
+    if (fmt_arg.find("f16") != std::string::npos || fmt_arg == "all") dtypes.push_back(QSP_DTYPE_F16);
+  } else {
+    // A list of format names: every one the registry knows and the kernels decode.
+    for (size_t at = 0; at <= fmt_arg.size();) {
+      size_t end = fmt_arg.find(',', at);
+      if (end == std::string::npos) end = fmt_arg.size();
+      const std::string name = fmt_arg.substr(at, end - at);
+      int32_t found = -1;
+      for (const qsp::fmt::Format* const* f = qsp::fmt::all(); *f; ++f)
+        if (name == (*f)->name) found = (*f)->dtype;
+      if (found < 0 || !qsp::kern::format_supported(found)) {
+        std::fprintf(stderr, "bench_gemm: --fmt %s: not a format the kernels decode\n", name.c_str());
+        return 2;
+      }
+      dtypes.push_back(found);
+      at = end + 1;
+    }
+  }
 
   int dev = 0;
   CK(cudaGetDevice(&dev));
@@ -174,9 +194,7 @@ int run(int argc, char** argv) {
       for (int64_t r = 0; r < N; ++r) {
         uint8_t* dst = gguf.data() + size_t(r) * rb;
         const float* src = wf.data() + size_t(r) * K;
-        if (dt == QSP_DTYPE_Q4_0) qsp::quantize_row_q4_0(src, reinterpret_cast<qsp::BlockQ4_0*>(dst), uint64_t(K));
-        else if (dt == QSP_DTYPE_Q8_0) qsp::quantize_row_q8_0(src, reinterpret_cast<qsp::BlockQ8_0*>(dst), uint64_t(K));
-        else for (int64_t i = 0; i < K; ++i) reinterpret_cast<uint16_t*>(dst)[i] = qsp::fp32_to_fp16(src[i]);
+        qsp::fmt::find(dt)->quantize(src, dst, uint64_t(K));  // the reference quantizer
       }
       const WFormat f = qsp::kern::format_for(dt);
       const char* why = nullptr;
@@ -199,7 +217,7 @@ int run(int argc, char** argv) {
         }
         wd.reset(new Rotating(dense));
       }
-      const char* fname = dt == QSP_DTYPE_Q4_0 ? "q4_0" : dt == QSP_DTYPE_Q8_0 ? "q8_0" : "f16";
+      const char* fname = qsp_dtype_name(dt);
 
       for (int M : Ms) {
         if (N * int64_t(M) > (int64_t(1) << 31)) continue;  // the LM head at huge M: not a real case
