@@ -158,7 +158,8 @@ std::vector<SynthTensor> synth_tensors(const SynthPreset& p, const SynthType& st
     const int32_t t = synth_mix_type(p, *ft, name, cols);
     if (!fmt::find(t))
       throw std::invalid_argument("synth: " + std::string(ft->name) + " on preset " + p.name + ": tensor " + name +
-                                  " (" + std::to_string(cols) + " columns) falls back to " + qsp_dtype_name(t) +
+                                  " (" + std::to_string(cols) + " columns) falls back to " +
+                                  (t == kIQ4_NL ? std::string("iq4_nl") : std::string(qsp_dtype_name(t))) +
                                   ", which qsp has no quantizer for");
     return t;
   };
