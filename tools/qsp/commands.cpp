@@ -814,9 +814,9 @@ int cmd_synth(const std::vector<std::string>& argv) {
                 "                     (output and attn_v / ffn_down of some layers get more bits;\n"
                 "                     docs/GGUF.md has the rules):\n"
                 "                       %s\n"
-                "                     q6_K is every matrix in q6_K, Q6_K / q6_k the file type (the\n"
-                "                     same but the fallbacks for columns not a multiple of 256);\n"
-                "                     q4_1 the format, Q4_1 the file type (LM head in q6_K)\n",
+                "                     q6_K is every matrix in q6_K, q6_k / Q6_K the file type\n"
+                "                     (the same but the fallback where a row is not a multiple\n"
+                "                     of 256); q4_1 the format, Q4_1 the file type (LM head q6_K)\n",
                 wtype_names().c_str(), file_type_names().c_str());
     std::printf(
         "  -s, --seed S       seed (default 1)\n"
