@@ -109,6 +109,26 @@ commands)
     && out_has "file type:    Q4_0 (general.file_type 2)" \
     && out_has "KV cache" && out_has "q4_0 x16"
   expect 0 "$qsp" info "$work/tiny.gguf" --tensors && out_has "blk.1.ffn_down.weight" && out_has "output.weight"
+  # llama.cpp file types: the per-tensor mix of llama_tensor_get_type (docs/GGUF.md). Tiny (2 layers):
+  # use_more_bits is layer 1 only, so output, blk.1.attn_v and blk.1.ffn_down are q6_K.
+  expect 0 "$qsp" synth --preset tiny --type q4_k_m "$work/mix.gguf" && out_has "q4_k_m mix"
+  expect 0 "$qsp" info "$work/mix.gguf" && out_has "file type:    Q4_K - Medium (general.file_type 15)" \
+    && out_has "q4_K x13" && out_has "q6_K x3" && out_has "runnable:     yes"
+  expect 0 "$qsp" info "$work/mix.gguf" --tensors
+  grep -q "blk.1.ffn_down.weight *q6_K" "$work/out" || fail "q4_k_m: blk.1.ffn_down not q6_K"
+  grep -q "blk.0.ffn_down.weight *q4_K" "$work/out" || fail "q4_k_m: blk.0.ffn_down not q4_K"
+  expect 0 "$qsp" prefill "$work/mix.gguf" --random 24 --top 3 --backend cpu -t 2 && out_has "24 tokens"
+  expect 0 "$qsp" synth --preset tiny --type Q3_K_M "$work/mix3.gguf"
+  expect 0 "$qsp" info "$work/mix3.gguf" && out_has "Q3_K - Medium (general.file_type 12)" \
+    && out_has "q3_K x9" && out_has "q4_K x4" && out_has "q5_K x2" && out_has "q6_K x1"
+  # q6_K (the format's spelling) is every matrix; q6_k the file type (the same here: 256 | every column count).
+  expect 0 "$qsp" synth --preset tiny --type q6_K "$work/q6f.gguf"
+  expect 0 "$qsp" info "$work/q6f.gguf" && out_has "q6_K x16" && out_has "general.file_type 18"
+  # micro (32 columns): llama.cpp's fallbacks, q4_K -> q5_0, q6_K -> q8_0.
+  expect 0 "$qsp" synth --preset micro --type q4_k_m "$work/mixm.gguf"
+  expect 0 "$qsp" info "$work/mixm.gguf" && out_has "q5_0 x5" && out_has "q8_0 x3"
+  expect 1 "$qsp" synth --preset micro --type q2_k "$work/mixq2.gguf" && err_has "falls back to iq4_nl"
+  expect 2 "$qsp" synth --preset tiny --type q4_k_x "$work/bad.gguf" && err_has "q4_k_m"
   expect 0 "$qsp" info && out_has "built-in tiny model"
   out_has "computable:   yes"
   # A valid file of types qsp does not compute (tests/data/gguf/make_files.py): described, and named.

@@ -1,6 +1,8 @@
 #include "gguf_write/gguf_synth.h"
 
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -37,7 +39,104 @@ const SynthPreset* find_synth_preset(const std::string& name) {
   return nullptr;
 }
 
-std::vector<SynthTensor> synth_tensors(const SynthPreset& p, int32_t wtype, uint64_t seed) {
+namespace {
+
+// GGML type ids used by the mix rules.
+enum : int32_t {
+  kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
+  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kIQ4_NL = 20,
+};
+
+uint64_t block_of(int32_t t) { return (t >= kQ2_K && t <= kQ6_K) ? 256 : t == kF16 ? 1 : 32; }
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and
+// every third layer in between.
+bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+}  // namespace
+
+const std::vector<SynthFileType>& synth_file_types() {
+  static const std::vector<SynthFileType> fts = {
+      {"q4_1", 3, kQ4_1},    {"q5_0", 8, kQ5_0},    {"q5_1", 9, kQ5_1},    {"q2_k", 10, kQ2_K},
+      {"q3_k_m", 12, kQ3_K}, {"q4_k_s", 14, kQ4_K}, {"q4_k_m", 15, kQ4_K}, {"q5_k_s", 16, kQ5_K},
+      {"q5_k_m", 17, kQ5_K}, {"q6_k", 18, kQ6_K},
+  };
+  return fts;
+}
+
+const SynthFileType* find_synth_file_type(const std::string& name) {
+  std::string low = name;
+  for (char& c : low) c = char(std::tolower(static_cast<unsigned char>(c)));
+  for (const auto& f : synth_file_types())
+    if (low == f.name) return &f;
+  return nullptr;
+}
+
+int32_t synth_mix_type(const SynthPreset& p, const SynthFileType& ft, const std::string& name, uint64_t cols) {
+  const int32_t f = ft.file_type;
+  int32_t t = ft.base;
+  const int n = int(p.n_layers);
+  int layer = -1;
+  if (name.compare(0, 4, "blk.") == 0) layer = std::atoi(name.c_str() + 4);
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  const uint32_t n_gqa = p.n_kv_heads ? p.n_heads / p.n_kv_heads : 1;
+  if (name == "output.weight" || (p.tied && name == "token_embd.weight")) {
+    // The LM head (a tied token_embd is one): q6_K, or q8_0 where the
+    // columns do not fit the default format's block.
+    if (cols % block_of(t) != 0)
+      t = kQ8_0;
+    else if (t != kQ8_0)
+      t = kQ6_K;
+  } else if (name == "token_embd.weight") {
+    // the default format for these file types
+  } else if (has("attn_v.weight")) {
+    if (f == 10)
+      t = n_gqa >= 4 ? kQ4_K : kQ3_K;
+    else if (f == 12)
+      t = layer < 2 ? kQ5_K : kQ4_K;
+    else if ((f == 15 || f == 17) && use_more_bits(layer, n))
+      t = kQ6_K;
+    else if (f == 14 && layer < 4)
+      t = kQ5_K;
+  } else if (has("ffn_down")) {
+    if (f == 10)
+      t = kQ3_K;
+    else if (f == 12)
+      t = layer < n / 16 ? kQ5_K : kQ4_K;  // llama.cpp's q3_K branch is Falcon only
+    else if ((f == 15 || f == 17) && use_more_bits(layer, n))
+      t = kQ6_K;
+    else if (f == 14 && layer < n / 8)
+      t = kQ5_K;
+  } else if (has("attn_output.weight")) {
+    if (f == 10)
+      t = kQ3_K;
+    else if (f == 12)
+      t = kQ4_K;
+  }
+  // Columns that are not a multiple of the block: llama.cpp's fallback.
+  if (cols % block_of(t) != 0) {
+    switch (t) {
+      case kQ2_K:
+      case kQ3_K: t = kIQ4_NL; break;
+      case kQ4_K: t = kQ5_0; break;
+      case kQ5_K: t = kQ5_1; break;
+      case kQ6_K: t = kQ8_0; break;
+      default: throw std::invalid_argument("synth: tensor " + name + ": " + std::to_string(cols) +
+                                           " columns fit no fallback of type id " + std::to_string(t));
+    }
+    if (cols % block_of(t) != 0) t = kF16;
+  }
+  return t;
+}
+
+std::vector<SynthTensor> synth_tensors(const SynthPreset& p, const SynthType& st, uint64_t seed) {
+  const int32_t wtype = st.base;
+  const SynthFileType* ft = nullptr;
+  if (st.mix()) {
+    for (const auto& f : synth_file_types())
+      if (f.file_type == st.file_type) ft = &f;
+    if (!ft) throw std::invalid_argument("synth: no mix for llama.cpp file type " + std::to_string(st.file_type));
+  }
   std::vector<SynthTensor> ts;
   const uint64_t H = p.hidden, F = p.ffn, D = p.head_dim, Q = uint64_t(p.n_heads) * D,
                  KV = uint64_t(p.n_kv_heads) * D;
@@ -54,12 +153,22 @@ std::vector<SynthTensor> synth_tensors(const SynthPreset& p, int32_t wtype, uint
     t.seed = mix64(seed * 0x9E3779B97F4A7C15ull ^ fnv1a64(name.data(), name.size()));
     ts.push_back(t);
   };
+  auto mtype = [&](const std::string& name, uint64_t cols) {
+    if (!ft) return wtype;
+    const int32_t t = synth_mix_type(p, *ft, name, cols);
+    if (!fmt::find(t))
+      throw std::invalid_argument("synth: " + std::string(ft->name) + " on preset " + p.name + ": tensor " + name +
+                                  " (" + std::to_string(cols) + " columns) falls back to " +
+                                  (t == kIQ4_NL ? std::string("iq4_nl") : std::string(qsp_dtype_name(t))) +
+                                  ", which qsp has no quantizer for");
+    return t;
+  };
   auto proj = [&](const std::string& name, uint64_t rows, uint64_t cols) {
-    add(name, false, wtype, rows, cols, 0.0f, 0.6f / std::sqrt(float(cols)));
+    add(name, false, mtype(name, cols), rows, cols, 0.0f, 0.6f / std::sqrt(float(cols)));
   };
   auto norm = [&](const std::string& name, uint64_t n) { add(name, true, QSP_DTYPE_F32, 1, n, 1.0f, 0.2f); };
   const bool qk_norm = p.arch == "qwen3";
-  add("token_embd.weight", false, wtype, p.vocab, H, 0.0f, 0.05f);
+  add("token_embd.weight", false, mtype("token_embd.weight", H), p.vocab, H, 0.0f, 0.05f);
   for (uint32_t l = 0; l < p.n_layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     norm(b + "attn_norm.weight", H);
@@ -77,7 +186,7 @@ std::vector<SynthTensor> synth_tensors(const SynthPreset& p, int32_t wtype, uint
     proj(b + "ffn_down.weight", H, F);
   }
   norm("output_norm.weight", H);
-  if (!p.tied) add("output.weight", false, wtype, p.vocab, H, 0.0f, 2.0f / std::sqrt(float(H)));
+  if (!p.tied) add("output.weight", false, mtype("output.weight", H), p.vocab, H, 0.0f, 2.0f / std::sqrt(float(H)));
   return ts;
 }
 
@@ -138,7 +247,8 @@ std::vector<uint8_t> synth_tensor_bytes(const SynthTensor& t) {
   return b;
 }
 
-Writer synth_writer(const SynthPreset& p, int32_t wtype, uint64_t seed, std::vector<SynthTensor>* tensors) {
+Writer synth_writer(const SynthPreset& p, const SynthType& st, uint64_t seed, std::vector<SynthTensor>* tensors) {
+  const int32_t wtype = st.base;
   Writer w(kDefaultAlignment, 3);
   const std::string& a = p.arch;
   // llama.cpp's LLAMA_FTYPE_* of a file whose matrices are all of one type
@@ -160,9 +270,14 @@ Writer synth_writer(const SynthPreset& p, int32_t wtype, uint64_t seed, std::vec
     case 30: file_type = 32; break;  // bf16
     default: break;
   }
+  std::string what = qsp_dtype_name(wtype);
+  if (st.mix()) {
+    file_type = st.file_type;
+    for (const auto& f : synth_file_types())
+      if (f.file_type == st.file_type) what = std::string(f.name) + " mix";
+  }
   w.add_string("general.architecture", a);
-  w.add_string("general.name", "qsp synth " + p.name + " (" + qsp_dtype_name(wtype) + ", seed " +
-                                   std::to_string(seed) + ")");
+  w.add_string("general.name", "qsp synth " + p.name + " (" + what + ", seed " + std::to_string(seed) + ")");
   w.add_u32("general.alignment", kDefaultAlignment);
   if (file_type >= 0) w.add_u32("general.file_type", uint32_t(file_type));
   w.add_u32("general.quantization_version", 2);
@@ -179,7 +294,7 @@ Writer synth_writer(const SynthPreset& p, int32_t wtype, uint64_t seed, std::vec
   w.add_f32(a + ".attention.layer_norm_rms_epsilon", p.rms_eps);
   w.add_u32(a + ".vocab_size", p.vocab);
   w.add_string("tokenizer.ggml.model", "none");
-  std::vector<SynthTensor> ts = synth_tensors(p, wtype, seed);
+  std::vector<SynthTensor> ts = synth_tensors(p, st, seed);
   for (const SynthTensor& t : ts) {
     if (t.vector)
       w.add_tensor(t.name, t.type, {t.cols});
@@ -190,14 +305,14 @@ Writer synth_writer(const SynthPreset& p, int32_t wtype, uint64_t seed, std::vec
   return w;
 }
 
-std::vector<uint8_t> synth_memory(const SynthPreset& p, int32_t wtype, uint64_t seed, int n_threads) {
+std::vector<uint8_t> synth_memory(const SynthPreset& p, const SynthType& wtype, uint64_t seed, int n_threads) {
   std::vector<SynthTensor> ts;
   Writer w = synth_writer(p, wtype, seed, &ts);
   return w.write_memory([&](size_t i, uint64_t r0, uint64_t r1, uint8_t* dst) { synth_rows(ts[i], r0, r1, dst); },
                         n_threads);
 }
 
-void synth_file(const std::string& path, const SynthPreset& p, int32_t wtype, uint64_t seed, int n_threads,
+void synth_file(const std::string& path, const SynthPreset& p, const SynthType& wtype, uint64_t seed, int n_threads,
                 const Writer::Progress& progress) {
   std::vector<SynthTensor> ts;
   Writer w = synth_writer(p, wtype, seed, &ts);

@@ -33,6 +33,38 @@ struct SynthPreset {
 const std::vector<SynthPreset>& synth_presets();
 const SynthPreset* find_synth_preset(const std::string& name);
 
+// What `qsp synth --type` writes: one format for every matrix (file_type <
+// 0: `base` is any format of the registry), or a llama.cpp file type
+// (LLAMA_FTYPE_MOSTLY_*: file_type >= 0, base its default format) whose
+// per-tensor mix follows llama.cpp's quantizer (synth_mix_type). Converts
+// from a format id, so the single-format calls read as before.
+struct SynthType {
+  int32_t base = 0;
+  int32_t file_type = -1;
+  SynthType(int32_t format) : base(format) {}  // NOLINT: implicit on purpose
+  SynthType(int32_t base_format, int32_t llama_ftype) : base(base_format), file_type(llama_ftype) {}
+  bool mix() const { return file_type >= 0; }
+};
+
+// The llama.cpp file types synth writes as a mix: q4_k_m, q4_k_s, q5_k_m,
+// q5_k_s, q6_k, q3_k_m, q2_k, q4_1, q5_0, q5_1.
+struct SynthFileType {
+  const char* name;       // lower case, as llama-quantize spells it (q4_k_m)
+  int32_t file_type;      // LLAMA_FTYPE_MOSTLY_*
+  int32_t base;           // its default format (GGML type id)
+};
+const std::vector<SynthFileType>& synth_file_types();
+// Case-insensitive; nullptr if none.
+const SynthFileType* find_synth_file_type(const std::string& name);
+
+// llama.cpp's llama_tensor_get_type (llama-quant.cpp) for the llama / qwen3
+// architectures without MoE and without imatrix or overrides: the type of
+// matrix `name` (GGUF name, e.g. "blk.5.ffn_down.weight") with `cols`
+// columns in preset p under file type ft, including the fallback for
+// columns that are not a multiple of the chosen type's block (K-quant ->
+// q5_0 / q5_1 / q8_0 / iq4_nl, then f16). Rules: docs/GGUF.md.
+int32_t synth_mix_type(const SynthPreset& p, const SynthFileType& ft, const std::string& name, uint64_t cols);
+
 struct SynthTensor {
   std::string name;
   int32_t type = 0;
@@ -43,9 +75,9 @@ struct SynthTensor {
 };
 
 // The tensors of a preset in file order: token_embd, blk.N.*, output_norm,
-// output (unless tied). wtype (any format of the registry) applies to every
-// matrix, norms are f32.
-std::vector<SynthTensor> synth_tensors(const SynthPreset& p, int32_t wtype, uint64_t seed);
+// output (unless tied). A single format (any of the registry) applies to
+// every matrix, a file type gives the llama.cpp mix; norms are f32.
+std::vector<SynthTensor> synth_tensors(const SynthPreset& p, const SynthType& wtype, uint64_t seed);
 // Rows [r0, r1) of t, encoded in t.type, into dst. Throws
 // std::invalid_argument for a type the format registry does not know.
 void synth_rows(const SynthTensor& t, uint64_t r0, uint64_t r1, uint8_t* dst);
@@ -54,12 +86,12 @@ std::vector<uint8_t> synth_tensor_bytes(const SynthTensor& t);
 
 // The writer with all metadata and tensor infos of the preset; `tensors`
 // receives synth_tensors() (same order as the writer's).
-Writer synth_writer(const SynthPreset& p, int32_t wtype, uint64_t seed, std::vector<SynthTensor>* tensors);
+Writer synth_writer(const SynthPreset& p, const SynthType& wtype, uint64_t seed, std::vector<SynthTensor>* tensors);
 
 // A whole synthetic GGUF file in memory (small presets).
-std::vector<uint8_t> synth_memory(const SynthPreset& p, int32_t wtype, uint64_t seed, int n_threads = 1);
+std::vector<uint8_t> synth_memory(const SynthPreset& p, const SynthType& wtype, uint64_t seed, int n_threads = 1);
 // Streams a synthetic GGUF file to disk. Throws std::runtime_error on I/O errors.
-void synth_file(const std::string& path, const SynthPreset& p, int32_t wtype, uint64_t seed, int n_threads,
+void synth_file(const std::string& path, const SynthPreset& p, const SynthType& wtype, uint64_t seed, int n_threads,
                 const Writer::Progress& progress = nullptr);
 
 }  // namespace gguf

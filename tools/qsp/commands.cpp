@@ -119,10 +119,22 @@ std::string wtype_names() {
   return r;
 }
 
-int32_t wtype_of(const std::string& s) {
+// "q4_k_m, q4_k_s, ...": the llama.cpp file types `qsp synth` writes as a mix.
+std::string file_type_names() {
+  std::string r;
+  for (const auto& f : qsp::gguf::synth_file_types()) r += (r.empty() ? "" : ", ") + std::string(f.name);
+  return r;
+}
+
+// A format name spelled exactly as qsp prints it (q4_K, q6_K, q4_1) is that
+// format for every matrix; any other spelling that names a llama.cpp file
+// type, case-insensitively (q4_k_m, Q6_K, Q4_1), is that file type's mix.
+qsp::gguf::SynthType wtype_of(const std::string& s) {
   for (int32_t t : computable_types())
     if (s == qsp_dtype_name(t)) return t;
-  throw UsageError("--type expects one of " + wtype_names() + ", got '" + s + "'");
+  if (const qsp::gguf::SynthFileType* f = qsp::gguf::find_synth_file_type(s)) return {f->base, f->file_type};
+  throw UsageError("--type expects a format (" + wtype_names() + ") or a llama.cpp file type (" +
+                   file_type_names() + "), got '" + s + "'");
 }
 
 }  // namespace
@@ -795,9 +807,17 @@ int cmd_synth(const std::vector<std::string>& argv) {
         "  -p, --preset NAME  one of:\n");
     for (const auto& p : qsp::gguf::synth_presets())
       std::printf("                       %-12s %s\n", p.name.c_str(), p.about.c_str());
-    std::printf("  --type T           matrix type, q4_0 by default (norms are f32); one of\n"
-                "                       %s\n",
-                wtype_names().c_str());
+    std::printf("  --type T           q4_0 by default (norms are f32); either a format for every\n"
+                "                     matrix, spelled as here:\n"
+                "                       %s\n"
+                "                     or a llama.cpp file type (any case) for its per-tensor mix\n"
+                "                     (output and attn_v / ffn_down of some layers get more bits;\n"
+                "                     docs/GGUF.md has the rules):\n"
+                "                       %s\n"
+                "                     q6_K is every matrix in q6_K, q6_k / Q6_K the file type\n"
+                "                     (the same but the fallback where a row is not a multiple\n"
+                "                     of 256); q4_1 the format, Q4_1 the file type (LM head q6_K)\n",
+                wtype_names().c_str(), file_type_names().c_str());
     std::printf(
         "  -s, --seed S       seed (default 1)\n"
         "  -t, --threads N    generator threads (default: one per core)\n"
@@ -812,7 +832,8 @@ int cmd_synth(const std::vector<std::string>& argv) {
     for (const auto& q : qsp::gguf::synth_presets()) names += (names.empty() ? "" : ", ") + q.name;
     throw UsageError("unknown preset '" + a.get("--preset") + "' (presets: " + names + ")");
   }
-  const int32_t wtype = wtype_of(a.get("--type", "q4_0"));
+  const std::string type_arg = a.get("--type", "q4_0");
+  const qsp::gguf::SynthType wtype = wtype_of(type_arg);
   const uint64_t seed = a.has("--seed") ? parse_uint("--seed", a.get("--seed"), 0, UINT64_MAX) : 1;
   int threads = a.has("--threads") ? int(parse_uint("--threads", a.get("--threads"), 0, 4096)) : 0;
   if (threads == 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -833,7 +854,10 @@ int cmd_synth(const std::vector<std::string>& argv) {
   bar.finish();
   if (stat(out.c_str(), &sb) != 0) throw RuntimeError("cannot stat " + out + " after writing it");
   std::printf("wrote %s: preset %s (%s), %s, seed %" PRIu64 ", %s in %.1f s\n", out.c_str(), p->name.c_str(),
-              p->arch.c_str(), qsp_dtype_name(wtype), seed, human_bytes(uint64_t(sb.st_size)).c_str(),
+              p->arch.c_str(),
+              wtype.mix() ? (qsp::gguf::find_synth_file_type(type_arg)->name + std::string(" mix")).c_str()
+                          : qsp_dtype_name(wtype.base),
+              seed, human_bytes(uint64_t(sb.st_size)).c_str(),
               now_seconds() - t0);
   return 0;
 }
