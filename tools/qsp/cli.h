@@ -135,6 +135,19 @@ class ProgressBar {
   double t0_;
 };
 
+// ---- Shared by the subcommands (tools/qsp/commands.cpp) ------------------------
+// The options of commands that create a context (kExecOptions + --help), and their help.
+std::vector<OptionSpec> with_exec(std::vector<OptionSpec> v);
+extern const char* const kExecHelp;
+// The MODEL argument ("" for the built-in model); UsageError for more than one.
+std::string model_arg(const ParsedArgs& a, const std::string& command);
+// The prompt of --tokens / --random [--seed].
+std::vector<int32_t> prompt_tokens(const ParsedArgs& a, const Model& m, uint32_t default_random);
+void print_model(const Model& m);
+void print_backend(qsp_context* ctx, const ExecOptions& e);
+// Runs the prompt through qsp_prefill, `chunk` tokens per call (0: all at once); seconds.
+double run_prefill(qsp_context* ctx, const std::vector<int32_t>& t, uint32_t chunk);
+
 // ---- subcommands -------------------------------------------------------------
 int cmd_info(const std::vector<std::string>& argv);
 int cmd_prefill(const std::vector<std::string>& argv, bool demo);
