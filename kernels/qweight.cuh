@@ -461,5 +461,26 @@ QSP_HD inline void dq_q3_k(const uint32_t (&q)[2], uint32_t h, const uint32_t (&
 }
 
 }  // namespace qw
+// load8 for a format whose traits read one lane's undecoded words anywhere
+// (raw_at) and decode them to fp32 values (values): the K-quants. Columns
+// [col8, col8 + 8) of `row` sit in lanes c.lane + t, t = 0..3, two each
+// (see WTraits<kQ4_0>::load8).
+template <class T>
+__device__ inline void load8_by_values(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
+  const uint8_t* base = static_cast<const uint8_t*>(w.data);
+  const qw::Coord c = qw::coord_of(row, col8, w.cols);  // t == 0, e == 0 or 2
+  const size_t soff = T::scales_offset(w.rows, w.cols);
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+    typename T::Raw r;
+    T::raw_at(r, base, soff, size_t(c.unit), c.lane + t);
+    float v[8];
+    T::values(r, c.s, v);
+    out[2 * t] = v[4 * c.p + c.e];
+    out[2 * t + 1] = v[4 * c.p + c.e + 1];
+  }
+}
+
+
 }  // namespace kern
 }  // namespace qsp

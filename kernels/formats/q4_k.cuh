@@ -143,21 +143,8 @@ struct WTraits<WFormat::kQ4_K> {
   }
 
   // ---- Embedding --------------------------------------------------------------------------
-  // Dequantizes cols [col8, col8 + 8) of `row` (see WTraits<kQ4_0>::load8):
-  // lanes c.lane + t, t = 0..3, two columns each.
   __device__ static void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
-    const uint8_t* base = static_cast<const uint8_t*>(w.data);
-    const qw::Coord c = qw::coord_of(row, col8, w.cols);  // t == 0, e == 0 or 2
-    const size_t soff = scales_offset(w.rows, w.cols);
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      Raw r;
-      raw_at(r, base, soff, size_t(c.unit), c.lane + t);
-      float v[8];
-      values(r, c.s, v);
-      out[2 * t] = v[4 * c.p + c.e];
-      out[2 * t + 1] = v[4 * c.p + c.e + 1];
-    }
+    load8_by_values<WTraits<WFormat::kQ4_K>>(w, row, col8, out);
   }
 };
 
