@@ -100,6 +100,7 @@ typedef int32_t qsp_status;
 #define QSP_ERR_INTERNAL           (-14)  /* a bug in qsp: please report */
 #define QSP_ERR_IO                 (-15)  /* a file could not be opened / read / mapped */
 #define QSP_ERR_BAD_FORMAT         (-16)  /* a model file is malformed */
+#define QSP_ERR_BUFFER_TOO_SMALL   (-17)  /* an output buffer is too small; the needed length is returned (1.2) */
 
 /* A static English description of a status ("invalid argument"); never NULL.
  * Unknown values give "unknown status". */

@@ -215,6 +215,123 @@ QSP_API qsp_status qsp_gguf_upload(const qsp_gguf* g, qsp_context* ctx, qsp_gguf
 QSP_API qsp_status qsp_context_create_from_gguf(const char* path, const qsp_context_params* exec,
                                                 qsp_context** out);
 
+/* ---------------------------------------------------------------------------
+ * The tokenizer a GGUF file carries (1.2)
+ *
+ * Text in, text out, with the vocabulary of tokenizer.ggml.* (docs/TOKENIZER.md
+ * says which keys are read and how each model splits text):
+ *   "gpt2"  byte-level BPE, with the pre-tokenizer of tokenizer.ggml.pre:
+ *           "qwen2" (Qwen2/Qwen3), "llama-bpe" (Llama 3), "default"/"gpt-2"
+ *           (GPT-2's own split), exactly as the reference (Hugging Face)
+ *           tokenizers split text;
+ *   "llama" SentencePiece-style (older Llama files): score-ordered merges,
+ *           '\xe2\x96\x81' for spaces, a dummy space prefix, byte fallback
+ *           (<0xXX>) for what the vocabulary lacks.
+ * Unicode properties come from utf8proc; qsp_tokenizer_info.unicode_version
+ * names the Unicode version the splitting follows.
+ * Text is UTF-8, passed with its length (no NUL needed). Invalid UTF-8 is
+ * tokenized as if each maximal invalid subpart were U+FFFD (what a reference
+ * tokenizer sees after decoding the bytes with replacement); tokenize then
+ * detokenize gives the text back byte for byte for valid UTF-8.
+ * Output buffers: every function that writes ids or text takes the buffer, its
+ * capacity (in ids or bytes) and a pointer that receives the full length. When
+ * the capacity is too small it returns QSP_ERR_BUFFER_TOO_SMALL with the
+ * needed length set and nothing else changed (a stream keeps its state), so a
+ * caller may pass a NULL buffer with capacity 0 to learn the size. Text is
+ * never NUL-terminated by these functions.
+ * Errors go to qsp_gguf_last_error(), as for every qsp_gguf_* function.
+ * Threads: a qsp_tokenizer is immutable; any number of threads may use one at
+ * once. A qsp_text_stream is used by one thread at a time.
+ * ------------------------------------------------------------------------- */
+
+typedef struct qsp_tokenizer qsp_tokenizer;
+typedef struct qsp_text_stream qsp_text_stream;
+
+/* qsp_tokenizer_info.kind */
+#define QSP_TOKENIZER_BPE 1 /* tokenizer.ggml.model "gpt2": byte-level BPE */
+#define QSP_TOKENIZER_SPM 2 /* tokenizer.ggml.model "llama": SentencePiece-style */
+
+/* qsp_tokenize flags */
+#define QSP_TOKENIZE_ADD_SPECIAL 1u   /* add what the model adds around a text: BOS when
+                                         tokenizer.ggml.add_bos_token says so (the default
+                                         of its model when absent), EOS when add_eos_token */
+#define QSP_TOKENIZE_PARSE_SPECIAL 2u /* text spelling a control token ("<|im_start|>")
+                                         becomes that token; without this flag it is
+                                         tokenized as plain text. User-defined tokens
+                                         (token_type 4, e.g. Qwen3's "<think>") always
+                                         match, as in the reference tokenizers */
+
+/* qsp_detokenize / qsp_token_piece / qsp_text_stream_create flags */
+#define QSP_DETOKENIZE_SKIP_SPECIAL 1u /* control tokens (BOS, EOS, <|im_end|>) give no text */
+
+/* Struct-size rule of qsp.h: set struct_size (qsp_tokenizer_info_init does). */
+typedef struct qsp_tokenizer_info {
+  uint32_t struct_size;
+  int32_t kind;             /* QSP_TOKENIZER_* */
+  uint32_t n_vocab;         /* ids are 0 .. n_vocab-1 */
+  int32_t bos_id;           /* -1 where the model has none */
+  int32_t eos_id;           /* -1 where the model has none */
+  int32_t eot_id;           /* end of a turn (<|im_end|>, <|eot_id|>); -1 if none known */
+  int32_t add_bos;          /* 1 when QSP_TOKENIZE_ADD_SPECIAL prepends bos_id */
+  int32_t add_eos;          /* 1 when QSP_TOKENIZE_ADD_SPECIAL appends eos_id */
+  uint32_t max_piece_bytes; /* the longest piece of any token; a text buffer of
+                               max_piece_bytes + 4 always holds what one
+                               qsp_text_stream_push writes */
+  const char* model;        /* tokenizer.ggml.model ("gpt2", "llama") */
+  const char* pre;          /* tokenizer.ggml.pre ("qwen2", "llama-bpe"); "" if absent */
+  const char* chat_template; /* tokenizer.chat_template; "" if absent */
+  const char* unicode_version; /* of the Unicode data the splitting uses, e.g. "15.0.0" */
+} qsp_tokenizer_info;
+/* The strings stay valid until the tokenizer is destroyed. */
+
+QSP_API void qsp_tokenizer_info_init(qsp_tokenizer_info* info);
+
+/* Builds the tokenizer of an open file (vocabulary-only files too: no tensors
+ * needed). The tokenizer copies what it needs: g may be closed afterwards.
+ * On failure *out is set to NULL (when out is not NULL).
+ * Errors: INVALID_ARGUMENT, BAD_FORMAT (token arrays missing or of different
+ * lengths, a merge naming an unknown token, an out-of-range special id),
+ * UNSUPPORTED (no tokenizer: tokenizer.ggml.model absent or "none"; a model or
+ * pre-tokenizer qsp does not implement, named in the message), OUT_OF_MEMORY.
+ * Thread-safe. */
+QSP_API qsp_status qsp_tokenizer_create(const qsp_gguf* g, qsp_tokenizer** out);
+QSP_API void qsp_tokenizer_destroy(qsp_tokenizer* t);
+QSP_API qsp_status qsp_tokenizer_get_info(const qsp_tokenizer* t, qsp_tokenizer_info* info);
+
+/* text (text_len bytes; text may be NULL when text_len is 0) to token ids.
+ * *n_ids receives the number of ids. Errors: INVALID_ARGUMENT (NULL t or
+ * n_ids, NULL text with text_len > 0, NULL ids with capacity > 0, an unknown
+ * flag), BUFFER_TOO_SMALL, OUT_OF_MEMORY. */
+QSP_API qsp_status qsp_tokenize(const qsp_tokenizer* t, const char* text, uint64_t text_len, uint32_t flags,
+                                int32_t* ids, uint64_t capacity, uint64_t* n_ids);
+
+/* The text of one token on its own (its bytes: byte-level BPE and byte
+ * fallback give raw bytes, which may be part of a UTF-8 sequence; SPM's
+ * '\xe2\x96\x81' becomes a space). Errors: INVALID_ARGUMENT, OUT_OF_RANGE (an
+ * id outside 0 .. n_vocab-1), BUFFER_TOO_SMALL. */
+QSP_API qsp_status qsp_token_piece(const qsp_tokenizer* t, int32_t id, uint32_t flags, char* buf, uint64_t capacity,
+                                   uint64_t* len);
+
+/* ids to text: the pieces joined, as the reference decoders do (SPM drops the
+ * dummy prefix space of the first piece after BOS / at the start). Invalid
+ * UTF-8 that the ids spell is written as it is (raw bytes). Errors: as
+ * qsp_token_piece. */
+QSP_API qsp_status qsp_detokenize(const qsp_tokenizer* t, const int32_t* ids, uint64_t n_ids, uint32_t flags,
+                                  char* buf, uint64_t capacity, uint64_t* len);
+
+/* Streaming detokenization for generation: push one id at a time and get the
+ * text that became complete; the bytes of a UTF-8 sequence that is not yet
+ * complete are held back until a later token completes it. The text of all
+ * pushes and the final flush equals qsp_detokenize of the same ids.
+ * A stream refers to its tokenizer, which must outlive it. */
+QSP_API qsp_status qsp_text_stream_create(const qsp_tokenizer* t, uint32_t flags, qsp_text_stream** out);
+QSP_API void qsp_text_stream_destroy(qsp_text_stream* s);
+QSP_API qsp_status qsp_text_stream_push(qsp_text_stream* s, int32_t id, char* buf, uint64_t capacity,
+                                        uint64_t* len);
+/* Writes what is held back (an incomplete sequence as its raw bytes) and
+ * resets the stream to its start. */
+QSP_API qsp_status qsp_text_stream_flush(qsp_text_stream* s, char* buf, uint64_t capacity, uint64_t* len);
+
 #ifdef __cplusplus
 }
 #endif
