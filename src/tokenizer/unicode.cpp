@@ -129,6 +129,7 @@ size_t incomplete_utf8_tail(const char* str, size_t n) {
   for (size_t back = 1; back <= 3 && back <= n; ++back) {
     const size_t i = n - back;
     if ((s[i] & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    if (s[i] < 0xC2 || s[i] > 0xF4) return 0;  // ASCII or a byte no sequence starts with
     const int k = sequence_at(s, n, i);
     // Incomplete: the bytes up to the end are a valid prefix cut by the end.
     return (k < 0 && i + size_t(-k) == n) ? back : 0;

@@ -93,7 +93,7 @@ inline Bytes write(const Vocab& v, bool write_tokens = true) {
   if (!v.pre.empty()) w.add_string("tokenizer.ggml.pre", v.pre);
   if (write_tokens) w.add_string_array("tokenizer.ggml.tokens", v.tokens);
   if (!v.types.empty()) w.add_raw("tokenizer.ggml.token_type", qsp::gguf::kArray, i32_array(v.types));
-  if (!v.scores.empty()) w.add_f32_array("tokenizer.ggml.scores", v.scores);
+  if (!v.scores.empty() && v.model != "gpt2") w.add_f32_array("tokenizer.ggml.scores", v.scores);
   if (v.write_merges && v.model == "gpt2") w.add_string_array("tokenizer.ggml.merges", v.merges);
   if (v.bos >= 0) w.add_u32("tokenizer.ggml.bos_token_id", uint32_t(v.bos));
   if (v.eos >= 0) w.add_u32("tokenizer.ggml.eos_token_id", uint32_t(v.eos));
