@@ -52,7 +52,7 @@ struct Vocab {
   std::vector<float> scores;   // empty: no key
   std::vector<std::string> merges;
   bool write_merges = true;
-  int64_t bos = -1, eos = -1, eot = -1;  // -1: no key
+  int64_t bos = -1, eos = -1, eot = -1, unk = -1;  // -1: no key
   int add_bos = -1, add_eos = -1, add_space_prefix = -1;  // -1: no key
   std::string chat_template;
 
@@ -98,6 +98,7 @@ inline Bytes write(const Vocab& v, bool write_tokens = true) {
   if (v.bos >= 0) w.add_u32("tokenizer.ggml.bos_token_id", uint32_t(v.bos));
   if (v.eos >= 0) w.add_u32("tokenizer.ggml.eos_token_id", uint32_t(v.eos));
   if (v.eot >= 0) w.add_u32("tokenizer.ggml.eot_token_id", uint32_t(v.eot));
+  if (v.unk >= 0) w.add_u32("tokenizer.ggml.unknown_token_id", uint32_t(v.unk));
   if (v.add_bos >= 0) w.add_bool("tokenizer.ggml.add_bos_token", v.add_bos != 0);
   if (v.add_eos >= 0) w.add_bool("tokenizer.ggml.add_eos_token", v.add_eos != 0);
   if (v.add_space_prefix >= 0) w.add_bool("tokenizer.ggml.add_space_prefix", v.add_space_prefix != 0);
