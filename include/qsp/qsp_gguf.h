@@ -308,7 +308,8 @@ QSP_API qsp_status qsp_tokenizer_get_info(const qsp_tokenizer* t, qsp_tokenizer_
 /* text (text_len bytes; text may be NULL when text_len is 0) to token ids.
  * *n_ids receives the number of ids. Errors: INVALID_ARGUMENT (NULL t or
  * n_ids, NULL text with text_len > 0, NULL ids with capacity > 0, an unknown
- * flag), BUFFER_TOO_SMALL, OUT_OF_MEMORY. */
+ * flag, a text of 4 GiB or more, also after U+FFFD replacement and NFC),
+ * BUFFER_TOO_SMALL, OUT_OF_MEMORY. */
 QSP_API qsp_status qsp_tokenize(const qsp_tokenizer* t, const char* text, uint64_t text_len, uint32_t flags,
                                 int32_t* ids, uint64_t capacity, uint64_t* n_ids);
 

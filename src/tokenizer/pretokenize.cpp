@@ -1,5 +1,8 @@
 #include "tokenizer/pretokenize.h"
 
+#include <cstdint>
+
+#include "common/error.h"
 #include "tokenizer/unicode.h"
 
 namespace qsp {
@@ -126,6 +129,8 @@ size_t match_llama3(const Decoded& d, size_t i, size_t max_digits) {
 }  // namespace
 
 void pretokenize(PreKind kind, const char* text, size_t n, std::vector<uint32_t>* ends) {
+  if (n >= size_t(UINT32_MAX))  // byte offsets are 32-bit
+    throw Error(QSP_ERR_INVALID_ARGUMENT, "the text is 4 GiB or more after invalid UTF-8 replacement and NFC");
   thread_local Decoded d;
   d.decode(text, n);
   ends->clear();
@@ -141,6 +146,9 @@ void pretokenize(PreKind kind, const char* text, size_t n, std::vector<uint32_t>
     ends->push_back(d.off[e]);
     i = e;
   }
+  // The buffers are kept for the next call on this thread, unless a large
+  // text made them large (9 bytes per code point).
+  if (d.cp.capacity() > (size_t(1) << 20)) d = Decoded();
 }
 
 }  // namespace tok

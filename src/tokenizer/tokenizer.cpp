@@ -6,6 +6,7 @@
 #include <cstring>
 #include <queue>
 
+#include "common/error.h"
 #include "qsp/qsp_gguf.h"
 #include "tokenizer/unicode.h"
 
@@ -366,6 +367,7 @@ void Tokenizer::tokenize_fragment(const char* s, size_t n, bool /*after_special*
     bpe_word(s + b, e - b, out);
     b = e;
   }
+  if (ends.capacity() > (size_t(1) << 20)) std::vector<uint32_t>().swap(ends);
 }
 
 void Tokenizer::bpe_word(const char* s, size_t n, std::vector<int32_t>* out, bool force_heap) const {
@@ -439,6 +441,7 @@ void Tokenizer::bpe_word(const char* s, size_t n, std::vector<int32_t>* out, boo
   }
   for (size_t i = 0; i < n; ++i)
     if (!dead[i]) emit(sym[i]);
+  if (sym.capacity() > (size_t(1) << 20)) std::vector<int32_t>().swap(sym);
 }
 
 void Tokenizer::spm_fragment(const std::string& text, std::vector<int32_t>* out) const {
@@ -455,6 +458,8 @@ void Tokenizer::spm_fragment(const std::string& text, std::vector<int32_t>* out)
     uint32_t size;
     bool operator<(const Bigram& o) const { return score < o.score || (score == o.score && left > o.left); }
   };
+  if (text.size() >= size_t(UINT32_MAX))  // symbol offsets are 32-bit
+    throw Error(QSP_ERR_INVALID_ARGUMENT, "the text is 4 GiB or more after invalid UTF-8 replacement and escaping");
   std::vector<Sym> sym;
   const auto* p = reinterpret_cast<const unsigned char*>(text.data());
   for (size_t i = 0; i < text.size();) {
