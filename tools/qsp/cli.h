@@ -148,7 +148,63 @@ void print_backend(qsp_context* ctx, const ExecOptions& e);
 // Runs the prompt through qsp_prefill, `chunk` tokens per call (0: all at once); seconds.
 double run_prefill(qsp_context* ctx, const std::vector<int32_t>& t, uint32_t chunk);
 
+// ---- text (tools/qsp/tokenize_command.cpp) ------------------------------------
+// The tokenizer a GGUF file carries (qsp_tokenizer_* of qsp_gguf.h).
+class Tokenizer {
+ public:
+  // The model's tokenizer; throws RuntimeError naming the file and the reason
+  // (e.g. "carries no tokenizer") followed by `hint` when it has none qsp can use.
+  static std::unique_ptr<Tokenizer> open(const Model& m, const std::string& hint);
+  // The tokenizer, or nullptr when the model has none qsp can use.
+  static std::unique_ptr<Tokenizer> try_open(const Model& m);
+  ~Tokenizer();
+  const qsp_tokenizer* get() const { return t_; }
+  const qsp_tokenizer_info& info() const { return info_; }
+  std::vector<int32_t> tokenize(const std::string& text, uint32_t flags) const;
+  std::string piece(int32_t id) const;  // control tokens included
+  std::string detokenize(const std::vector<int32_t>& ids, uint32_t flags) const;
+
+ private:
+  Tokenizer() = default;
+  qsp_tokenizer* t_ = nullptr;
+  qsp_tokenizer_info info_{};
+};
+
+// Streams generated text to stdout (qsp_text_stream; control tokens skipped).
+class TextPrinter {
+ public:
+  explicit TextPrinter(const Tokenizer& t);
+  ~TextPrinter();
+  void push(int32_t id);  // prints the text that became complete, flushes stdout
+  void finish();          // prints what was held back
+ private:
+  qsp_text_stream* s_ = nullptr;
+  std::vector<char> buf_;
+};
+
+// The chat formats recognised from tokenizer.chat_template.
+enum class ChatFormat { kChatML, kLlama3 };
+// Throws RuntimeError when the template is absent or not one qsp recognises.
+ChatFormat chat_format(const Tokenizer& t, const std::string& label);
+// One user turn and the start of the assistant's, in `f`. BOS is left to
+// QSP_TOKENIZE_ADD_SPECIAL unless the tokenizer does not add one (Llama 3).
+std::string chat_wrap(ChatFormat f, const Tokenizer& t, const std::string& prompt);
+const char* chat_format_name(ChatFormat f);
+
+// The options --prompt TEXT, --prompt-file F, --chat, and their help.
+extern const std::vector<OptionSpec> kTextPromptOptions;
+extern const char* const kTextPromptHelp;
+bool has_text_prompt(const ParsedArgs& a);
+// The ids of --prompt / --prompt-file (with --chat: wrapped), tokenized with
+// QSP_TOKENIZE_ADD_SPECIAL | QSP_TOKENIZE_PARSE_SPECIAL. UsageError for --chat
+// without a text prompt or both text options.
+std::vector<int32_t> text_prompt_tokens(const ParsedArgs& a, const Model& m);
+// A piece as a terminal-safe string: printable UTF-8 as it is, \n \t \r \\ \',
+// other control bytes and invalid UTF-8 as \xNN.
+std::string escape_piece(const std::string& s);
+
 // ---- subcommands -------------------------------------------------------------
+int cmd_tokenize(const std::vector<std::string>& argv);
 int cmd_info(const std::vector<std::string>& argv);
 int cmd_prefill(const std::vector<std::string>& argv, bool demo);
 int cmd_generate(const std::vector<std::string>& argv);

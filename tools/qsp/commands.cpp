@@ -44,10 +44,14 @@ std::string model_arg(const ParsedArgs& a, const std::string& command) {
 // The prompt of --tokens / --random [--seed].
 std::vector<int32_t> prompt_tokens(const ParsedArgs& a, const Model& m, uint32_t default_random) {
   m.check_runnable();
-  if (a.has("--tokens") && a.has("--random")) throw UsageError("--tokens and --random exclude each other");
+  if (int(a.has("--tokens")) + int(a.has("--random")) + int(has_text_prompt(a)) > 1)
+    throw UsageError("--tokens, --random and --prompt / --prompt-file exclude each other");
   const uint32_t vocab = m.info().vocab_size;
   std::vector<int32_t> t;
-  if (a.has("--tokens")) {
+  if (has_text_prompt(a) || a.has("--chat")) {
+    if (a.has("--seed")) throw UsageError("--seed applies to --random only");
+    t = text_prompt_tokens(a, m);
+  } else if (a.has("--tokens")) {
     t = parse_token_list("--tokens", a.get("--tokens"));
     for (int32_t id : t)
       if (uint32_t(id) >= vocab)
@@ -57,7 +61,7 @@ std::vector<int32_t> prompt_tokens(const ParsedArgs& a, const Model& m, uint32_t
   } else {
     uint32_t n = default_random;
     if (a.has("--random")) n = uint32_t(parse_uint("--random", a.get("--random"), 1, 1u << 24));
-    if (n == 0) throw UsageError("give the prompt with --tokens 1,2,3 or --random N");
+    if (n == 0) throw UsageError("give the prompt with --prompt TEXT, --tokens 1,2,3 or --random N");
     const uint64_t seed = a.has("--seed") ? parse_uint("--seed", a.get("--seed"), 0, UINT64_MAX) : 1;
     if (vocab == 0) throw RuntimeError(m.label() + ": the vocabulary size is unknown");
     t = random_tokens(n, vocab, seed);
@@ -245,6 +249,9 @@ int cmd_info(const std::vector<std::string>& argv) {
 int cmd_prefill(const std::vector<std::string>& argv, bool demo) {
   const ParsedArgs a = parse_args("prefill", argv,
                                   with_exec({{"--tokens", nullptr, true},
+                                             {"--prompt", nullptr, true},
+                                             {"--prompt-file", nullptr, true},
+                                             {"--chat", nullptr, false},
                                              {"--random", "-r", true},
                                              {"--seed", "-s", true},
                                              {"--chunk", nullptr, true},
@@ -253,9 +260,10 @@ int cmd_prefill(const std::vector<std::string>& argv, bool demo) {
                                              {"--logits-out", "-o", true}}));
   if (a.has("--help")) {
     std::printf(
-        "usage: qsp prefill [MODEL] (--tokens 1,2,3 | --random N [--seed S]) [options]\n"
+        "usage: qsp prefill [MODEL] (--prompt TEXT [--chat] | --tokens 1,2,3 | --random N [--seed S]) [options]\n"
         "Runs a prompt through the model (qsp_prefill) and prints the time, tokens/s\n"
         "and the top-K next tokens with their logits.\n"
+        "%s"
         "  --tokens LIST      the prompt: comma-separated token ids\n"
         "  -r, --random N     the prompt: N random token ids (uniform over the vocabulary)\n"
         "  -s, --seed S       seed of --random (default 1)\n"
@@ -264,7 +272,7 @@ int cmd_prefill(const std::vector<std::string>& argv, bool demo) {
         "  --warmup N         run the prompt N times before the timed run (default 1 on CUDA, 0 on the CPU)\n"
         "  -o, --logits-out F write the last token's logits to F: vocab_size little-endian float32\n"
         "%s",
-        kExecHelp);
+        kTextPromptHelp, kExecHelp);
     return 0;
   }
   const ExecOptions e = exec_options(a);

@@ -1,7 +1,7 @@
 // qsp — the command-line tool: GGUF models through the public C API.
 //
 //   qsp                      the demo: prefill 128 random tokens on the built-in tiny model
-//   qsp info|prefill|generate|bench|synth ...   (qsp COMMAND --help)
+//   qsp info|prefill|generate|bench|synth|tokenize ...   (qsp COMMAND --help)
 //
 // Exit codes: 0 success, 1 runtime failure (missing file, bad model, library
 // error), 2 usage error. Errors are one line on stderr: "qsp: error: ...".
@@ -23,8 +23,10 @@ void usage(std::FILE* out) {
                "\n"
                "commands:\n"
                "  info     [MODEL]            architecture, shapes, tensor types, memory needed\n"
-               "  prefill  [MODEL] --tokens 1,2,3 | --random N   run a prompt: time, tokens/s, top-K\n"
-               "  generate [MODEL] --tokens ... -n N [--parallel P]  greedy continuation (P sequences batched)\n"
+               "  prefill  [MODEL] --prompt TEXT | --tokens 1,2,3 | --random N   run a prompt: time, tokens/s, top-K\n"
+               "  generate [MODEL] --prompt TEXT [--chat] -n N   greedy continuation, streamed as text\n"
+               "           [MODEL] --tokens ... -n N [--parallel P]  (P sequences batched)\n"
+               "  tokenize MODEL TEXT                            token ids and pieces of TEXT\n"
                "  bench    [MODEL] [-p 512,2048] [--batch N]      prefill throughput table (batched: --batch)\n"
                "  synth    --preset NAME --type q4_0|q8_0 OUT.gguf  write a synthetic model\n"
                "  help [COMMAND]                                 show help\n"
@@ -43,6 +45,7 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& rest) {
   if (cmd == "generate") return cmd_generate(rest);
   if (cmd == "bench") return cmd_bench(rest);
   if (cmd == "synth") return cmd_synth(rest);
+  if (cmd == "tokenize") return cmd_tokenize(rest);
   throw UsageError("unknown command '" + cmd + "' (see 'qsp --help')");
 }
 

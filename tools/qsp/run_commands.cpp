@@ -21,7 +21,7 @@ void check_vocab(const std::vector<int32_t>& t, const Model& m, const std::strin
                        std::to_string(vocab) + ") of " + m.label());
 }
 
-// The prompts of --prompt-file: one per line, ids separated by commas and/or
+// The prompts of --tokens-file: one per line, ids separated by commas and/or
 // blanks; blank lines and lines starting with '#' are skipped.
 std::vector<std::vector<int32_t>> read_prompt_file(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "r");
@@ -42,7 +42,7 @@ std::vector<std::vector<int32_t>> read_prompt_file(const std::string& path) {
     }
     while (!ids.empty() && ids.back() == ',') ids.pop_back();
     if (!ids.empty() && ids[0] != '#')
-      out.push_back(parse_token_list("--prompt-file " + path + ":" + std::to_string(line_no), ids));
+      out.push_back(parse_token_list("--tokens-file " + path + ":" + std::to_string(line_no), ids));
     line.clear();
   };
   for (int c; (c = std::fgetc(f)) != EOF;) {
@@ -53,17 +53,20 @@ std::vector<std::vector<int32_t>> read_prompt_file(const std::string& path) {
   std::fclose(f);
   if (err) throw RuntimeError("cannot read " + path);
   if (!line.empty()) flush_line();
-  if (out.empty()) throw UsageError("--prompt-file " + path + ": no prompt in the file");
+  if (out.empty()) throw UsageError("--tokens-file " + path + ": no prompt in the file");
   return out;
 }
 
-// The prompts of `qsp generate`: --tokens (repeatable), --prompt-file or
-// --random (with --parallel N: seeds S, S+1, ..., S+N-1). `parallel` 0: not given.
+// The prompts of `qsp generate`: --tokens (repeatable), --tokens-file,
+// --prompt / --prompt-file (text, one prompt) or --random (with --parallel N:
+// seeds S, S+1, ..., S+N-1). `parallel` 0: not given.
 std::vector<std::vector<int32_t>> generate_prompts(const ParsedArgs& a, const Model& m, uint32_t parallel) {
   m.check_runnable();
-  const int sources = int(a.has("--tokens")) + int(a.has("--random")) + int(a.has("--prompt-file"));
-  if (sources > 1) throw UsageError("--tokens, --random and --prompt-file exclude each other");
-  if (sources == 0) throw UsageError("give the prompt with --tokens 1,2,3, --random N or --prompt-file F");
+  const int sources = int(a.has("--tokens")) + int(a.has("--random")) + int(a.has("--tokens-file")) +
+                      int(has_text_prompt(a));
+  if (sources > 1) throw UsageError("--tokens, --random, --tokens-file and --prompt / --prompt-file exclude each other");
+  if (sources == 0 && !a.has("--chat"))
+    throw UsageError("give the prompt with --prompt TEXT, --tokens 1,2,3, --random N or --tokens-file F");
   if (a.has("--seed") && !a.has("--random")) throw UsageError("--seed applies to --random only");
   std::vector<std::vector<int32_t>> prompts;
   if (a.has("--random")) {
@@ -74,10 +77,12 @@ std::vector<std::vector<int32_t>> generate_prompts(const ParsedArgs& a, const Mo
       prompts.push_back(random_tokens(n, m.info().vocab_size, seed + i));
     return prompts;
   }
-  if (a.has("--tokens")) {
+  if (has_text_prompt(a) || a.has("--chat")) {
+    prompts.push_back(text_prompt_tokens(a, m));
+  } else if (a.has("--tokens")) {
     for (const std::string& s : a.get_all("--tokens")) prompts.push_back(parse_token_list("--tokens", s));
   } else {
-    prompts = read_prompt_file(a.get("--prompt-file"));
+    prompts = read_prompt_file(a.get("--tokens-file"));
   }
   for (size_t i = 0; i < prompts.size(); ++i)
     check_vocab(prompts[i], m, prompts.size() == 1 ? std::string("the prompt") : "prompt " + std::to_string(i));
@@ -98,7 +103,7 @@ void print_ids(const char* label, const std::vector<int32_t>& ids) {
 // then each step one qsp_prefill_batch with the greedy token of every live
 // sequence; a sequence leaves when it has its n tokens or produced an EOS id.
 void generate_parallel(const Model& m, const ExecOptions& e, const std::vector<std::vector<int32_t>>& prompts,
-                       const std::vector<uint32_t>& n, const std::vector<int32_t>& eos) {
+                       const std::vector<uint32_t>& n, const std::vector<int32_t>& eos, const Tokenizer* tok) {
   const size_t ns = prompts.size();
   std::vector<qsp_context*> ctxs;
   struct Guards {
@@ -149,6 +154,8 @@ void generate_parallel(const Model& m, const ExecOptions& e, const std::vector<s
   size_t generated = 0;
   for (size_t i = 0; i < ns; ++i) {
     print_ids(("generated[" + std::to_string(i) + "]").c_str(), out[i]);
+    if (tok)
+      std::printf("text[%zu]: %s\n", i, escape_piece(tok->detokenize(out[i], QSP_DETOKENIZE_SKIP_SPECIAL)).c_str());
     generated += out[i].size();
   }
   std::printf("prefill: %zu prompts, %zu tokens in one batch in %.2f ms = %s tokens/s\n", ns, prompt_tokens,
@@ -164,39 +171,47 @@ void generate_parallel(const Model& m, const ExecOptions& e, const std::vector<s
 int cmd_generate(const std::vector<std::string>& argv) {
   const ParsedArgs a = parse_args("generate", argv,
                                   with_exec({{"--tokens", nullptr, true},
+                                             {"--prompt", nullptr, true},
+                                             {"--prompt-file", nullptr, true},
+                                             {"--chat", nullptr, false},
                                              {"--random", "-r", true},
                                              {"--seed", "-s", true},
-                                             {"--prompt-file", nullptr, true},
+                                             {"--tokens-file", nullptr, true},
                                              {"--n", "-n", true},
                                              {"--eos", nullptr, true},
                                              {"--parallel", "-P", true}}));
   if (a.has("--help")) {
     std::printf(
-        "usage: qsp generate [MODEL] (--tokens 1,2,3 | --random N [--seed S]) [-n N] [options]\n"
-        "       qsp generate [MODEL] --parallel N (--tokens ... | --random N | --prompt-file F) [-n N] [options]\n"
+        "usage: qsp generate [MODEL] (--prompt TEXT [--chat] | --tokens 1,2,3 | --random N [--seed S]) [-n N] [options]\n"
+        "       qsp generate [MODEL] --parallel N (--tokens ... | --random N | --tokens-file F) [-n N] [options]\n"
         "Greedy continuation: prefills the prompt, then repeats single-token steps\n"
-        "(qsp_greedy_token, then qsp_prefill of that token). Prints the generated ids\n"
-        "and tokens/s of the prefill and of the decode steps separately.\n"
+        "(qsp_greedy_token, then qsp_prefill of that token). When the model carries a\n"
+        "tokenizer, prints the generated text as it comes (control tokens such as\n"
+        "<|im_end|> give no text; with -v the ids too) and stops at the model's EOS /\n"
+        "end-of-turn token; without one it prints the generated ids. Then the\n"
+        "tokens/s of the prefill and of the decode steps separately.\n"
         "With several prompts (--parallel N, --tokens given more than once, or a\n"
-        "--prompt-file of several lines) every sequence gets its own context: the\n"
+        "--tokens-file of several lines) every sequence gets its own context: the\n"
         "prompts are prefilled as one qsp_prefill_batch call, then each step is one\n"
         "qsp_prefill_batch with the greedy token of every live sequence; a sequence\n"
         "leaves when it has its N tokens or produced an --eos id. Prints one line\n"
         "'generated[i]: ...' per sequence (the ids 'qsp generate' prints for that\n"
         "prompt alone) and the aggregate tokens/s.\n"
+        "%s"
         "  --tokens LIST      the prompt: comma-separated token ids; repeat for more prompts\n"
         "  -r, --random N     the prompt: N random token ids (with --parallel P: P prompts,\n"
         "                     seeds S, S+1, ..., S+P-1)\n"
         "  -s, --seed S       seed of --random (default 1)\n"
-        "  --prompt-file F    prompts, one per line: ids separated by commas or blanks\n"
+        "  --tokens-file F    prompts, one per line: ids separated by commas or blanks\n"
         "                     (blank lines and lines starting with '#' are skipped)\n"
         "  -P, --parallel N   run N sequences at once (default: the number of prompts);\n"
         "                     one prompt with --parallel N runs N times\n"
         "  -n, --n N          tokens to generate (default 16); a comma-separated list\n"
         "                     gives each sequence its own\n"
-        "  --eos LIST         token ids that end a sequence (printed, then it stops)\n"
+        "  --eos LIST         token ids that end a sequence (printed, then it stops), in\n"
+        "                     addition to the tokenizer's EOS and end-of-turn ids\n"
         "%s",
-        kExecHelp);
+        kTextPromptHelp, kExecHelp);
     return 0;
   }
   const ExecOptions e = exec_options(a);
@@ -212,27 +227,40 @@ int cmd_generate(const std::vector<std::string>& argv) {
                      " sequences (give one, or one per sequence)");
   std::vector<int32_t> eos;
   if (a.has("--eos")) eos = parse_token_list("--eos", a.get("--eos"));
+  const std::unique_ptr<Tokenizer> tok = Tokenizer::try_open(*m);
+  if (tok) {
+    if (tok->info().eos_id >= 0) eos.push_back(tok->info().eos_id);
+    if (tok->info().eot_id >= 0) eos.push_back(tok->info().eot_id);
+  }
   print_model(*m);
   if (parallel || prompts.size() > 1) {
-    generate_parallel(*m, e, prompts, n, eos);
+    generate_parallel(*m, e, prompts, n, eos, tok.get());
     return 0;
   }
   const std::vector<int32_t>& prompt = prompts[0];
   qsp_context* ctx = m->create_context(e, uint32_t(prompt.size()) + n[0], nullptr);
   ContextGuard guard(ctx);
   print_backend(ctx, e);
+  if (tok && e.verbose) print_ids("prompt", prompt);
   const double tp = run_prefill(ctx, prompt, 0);
   std::vector<int32_t> out;
+  std::unique_ptr<TextPrinter> text;
+  if (tok) text.reset(new TextPrinter(*tok));
   const double t0 = now_seconds();
   for (uint32_t i = 0; i < n[0]; ++i) {
     int32_t next = 0;
     check(qsp_greedy_token(ctx, &next), ctx, "qsp_greedy_token");
     out.push_back(next);
+    if (text) text->push(next);
     if (std::find(eos.begin(), eos.end(), next) != eos.end()) break;
     check(qsp_prefill(ctx, &next, 1), ctx, "qsp_prefill (decode step)");
   }
   const double td = now_seconds() - t0;
-  print_ids("generated", out);
+  if (text) {
+    text->finish();
+    std::printf("\n");
+  }
+  if (!tok || e.verbose) print_ids("generated", out);
   std::printf("prefill: %zu tokens in %.2f ms = %s tokens/s\n", prompt.size(), tp * 1e3,
               rate(double(prompt.size()), tp).c_str());
   std::printf("decode:  %zu tokens in %.2f ms = %s tokens/s (%.2f ms/token)%s\n", out.size(), td * 1e3,
