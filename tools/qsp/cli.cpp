@@ -299,12 +299,15 @@ std::vector<uint32_t> top_k(const float* logits, uint32_t n, uint32_t k) {
   return idx;
 }
 
-void print_top_k(const float* logits, uint32_t n, uint32_t k) {
+void print_top_k(const float* logits, uint32_t n, uint32_t k, const Tokenizer* t) {
   const std::vector<uint32_t> top = top_k(logits, n, k);
   if (top.empty()) return;
   std::printf("top-%zu next tokens:\n", top.size());
-  for (size_t i = 0; i < top.size(); ++i)
-    std::printf("  %2zu. token %6u  logit %+.4f\n", i + 1, top[i], double(logits[top[i]]));
+  for (size_t i = 0; i < top.size(); ++i) {
+    std::printf("  %2zu. token %6u  logit %+.4f", i + 1, top[i], double(logits[top[i]]));
+    if (t && top[i] < t->info().n_vocab) std::printf("  '%s'", escape_piece(t->piece(int32_t(top[i]))).c_str());
+    std::printf("\n");
+  }
 }
 
 ProgressBar::ProgressBar(const std::string& label, uint64_t min_total)

@@ -116,7 +116,9 @@ std::string backend_line(qsp_context* ctx);
 std::vector<int32_t> random_tokens(uint32_t n, uint32_t vocab, uint64_t seed);
 // Top k ids by logit (descending, lowest id first on ties; NaN last).
 std::vector<uint32_t> top_k(const float* logits, uint32_t n, uint32_t k);
-void print_top_k(const float* logits, uint32_t n, uint32_t k);
+class Tokenizer;
+// With a tokenizer, each line ends with the token's piece (escape_piece).
+void print_top_k(const float* logits, uint32_t n, uint32_t k, const Tokenizer* t = nullptr);
 
 // A progress bar on stderr, drawn only when stderr is a terminal.
 class ProgressBar {

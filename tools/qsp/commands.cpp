@@ -183,6 +183,22 @@ int cmd_info(const std::vector<std::string>& argv) {
   std::printf("rms_eps:      %g\n", double(i.rms_eps));
   std::printf("vocab:        %u%s\n", i.vocab_size, i.tied_embeddings ? " (LM head tied to token_embd)" : "");
   std::printf("context:      %u tokens\n", i.context_length);
+  if (std::unique_ptr<Tokenizer> t = Tokenizer::try_open(*m)) {
+    const qsp_tokenizer_info& ti = t->info();
+    std::string chat = "none";
+    if (ti.chat_template[0]) {
+      try {
+        chat = chat_format_name(chat_format(*t, m->label()));
+      } catch (const RuntimeError&) {
+        chat = "not one qsp recognises";
+      }
+    }
+    std::printf("tokenizer:    %s%s%s%s, %u tokens, BOS %d%s, EOS %d, EOT %d, chat template: %s\n", ti.model,
+                ti.pre[0] ? " (" : "", ti.pre, ti.pre[0] ? ")" : "", ti.n_vocab, ti.bos_id,
+                ti.add_bos ? " (added)" : "", ti.eos_id, ti.eot_id, chat.c_str());
+  } else {
+    std::printf("tokenizer:    none qsp can use (%s)\n", qsp_gguf_last_error());
+  }
 
   std::map<int32_t, std::pair<uint64_t, uint64_t>> by_type;  // type -> (count, bytes)
   for (uint64_t t = 0; t < i.tensor_count; ++t) {
@@ -303,7 +319,7 @@ int cmd_prefill(const std::vector<std::string>& argv, bool demo) {
   const float* logits = nullptr;
   uint32_t vocab = 0;
   check(qsp_get_logits(ctx, &logits, &vocab), ctx, "qsp_get_logits");
-  print_top_k(logits, vocab, top);
+  print_top_k(logits, vocab, top, Tokenizer::try_open(*m).get());
   if (a.has("--logits-out")) {
     write_logits(a.get("--logits-out"), logits, vocab);
     std::printf("logits: %u float32 values written to %s\n", vocab, a.get("--logits-out").c_str());
