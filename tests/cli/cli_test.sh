@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Tests of the `qsp` command-line tool (registered with ctest by tools/CMakeLists.txt).
-# usage: cli_test.sh MODE QSP_BINARY API_LOGITS_BINARY
+# usage: cli_test.sh MODE QSP_BINARY API_LOGITS_BINARY [TOK_GGUF_BINARY]
 #   exit_codes         0 on success, 1 on runtime errors, 2 on usage errors; one-line errors
 #   commands           every subcommand on a synthesized file and on the built-in model
 #   logits_match       `qsp prefill --logits-out` == driving the C API directly, bit for bit
 #   synth_determinism  same preset/type/seed -> same bytes, whatever the thread count
 #   gguf_spec          an independent Python GGUF reader accepts what `qsp synth` writes
+#   tokenizer          text in, text out: qsp tokenize, --prompt, --chat, generate's text, on
+#                      files with a tokenizer written by TOK_GGUF_BINARY (tests/cli/tok_gguf.cpp)
 set -uo pipefail
-mode=$1 qsp=$2 api=$3
+mode=$1 qsp=$2 api=$3 tokgguf=${4:-}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -45,7 +47,7 @@ exit_codes)
   expect 0 "$qsp" && out_has "tokens/s" && out_has "top-5" && out_has "backend:"
   expect 0 "$qsp" --help && out_has "usage: qsp"
   expect 0 "$qsp" --version && out_has "qsp 1."
-  for c in info prefill generate bench synth; do
+  for c in info prefill generate bench synth tokenize; do
     expect 0 "$qsp" $c --help && out_has "usage: qsp $c"
     expect 0 "$qsp" help $c && out_has "usage: qsp $c"
   done
@@ -72,10 +74,16 @@ exit_codes)
   expect 2 "$qsp" generate --tokens 1,2 --tokens 3 --parallel 3 && err_has "needs 1 or 3 prompts"
   expect 2 "$qsp" generate --tokens 1,2 --tokens 3 -n 1,2,3 && err_has "-n gives 3 lengths for 2 sequences"
   expect 2 "$qsp" generate --tokens 1 --tokens 99999 && err_has "prompt 1: token 99999 is outside the vocabulary"
-  expect 2 "$qsp" generate --tokens 1 --prompt-file "$work/p.txt" && err_has "exclude"
+  expect 2 "$qsp" generate --tokens 1 --tokens-file "$work/p.txt" && err_has "exclude"
+  expect 2 "$qsp" generate --tokens 1 --prompt hello && err_has "exclude"
+  expect 2 "$qsp" prefill --random 3 --prompt hello && err_has "exclude"
+  expect 2 "$qsp" prefill --prompt hello --prompt-file "$work/p.txt" && err_has "exclude"
+  expect 2 "$qsp" prefill --tokens 1,2 --chat && err_has "--chat needs the prompt as text"
+  expect 2 "$qsp" tokenize && err_has "takes MODEL and TEXT"
+  expect 2 "$qsp" tokenize "$work/m.gguf" && err_has "takes MODEL and TEXT"
   expect 2 "$qsp" generate --random 4 --parallel 0 && err_has "--parallel"
   printf '1,2\n3,x\n' >"$work/bad.txt"
-  expect 2 "$qsp" generate --prompt-file "$work/bad.txt" && err_has "bad.txt:2"
+  expect 2 "$qsp" generate --tokens-file "$work/bad.txt" && err_has "bad.txt:2"
   expect 2 "$qsp" synth "$work/x.gguf" && err_has "--preset"
   expect 2 "$qsp" synth --preset nope "$work/x.gguf" && err_has "unknown preset"
   expect 2 "$qsp" synth --preset tiny --type q9_9 "$work/x.gguf" && err_has "--type"
@@ -97,7 +105,12 @@ exit_codes)
   expect 0 "$qsp" synth --preset micro --force "$work/m.gguf"
   expect 1 "$qsp" prefill "$work/m.gguf" --random 300 && err_has "context length"
   expect 1 "$qsp" bench "$work/m.gguf" --batch 2x200+1x1@300 && err_has "context length"
+  expect 1 "$qsp" generate --tokens-file "$work/missing.txt" && err_has "cannot open"
   expect 1 "$qsp" generate --prompt-file "$work/missing.txt" && err_has "cannot open"
+  # No tokenizer (synthesized models, the built-in one): named, with the way out.
+  expect 1 "$qsp" prefill --prompt hello && err_has "no tokenizer" && err_has "--tokens"
+  expect 1 "$qsp" generate "$work/m.gguf" --prompt hello --backend cpu && err_has "no tokenizer" && err_has "--tokens"
+  expect 1 "$qsp" tokenize "$work/m.gguf" hello && err_has "no tokenizer"
   # --backend cpu: on a GPU machine the micro preset's shape is refused by the CUDA backend first.
   expect 1 "$qsp" prefill "$work/m.gguf" --random 4 --backend cpu --logits-out "$work/no/such/dir/l.bin" && err_has "cannot create"
   if ! "$qsp" prefill --random 4 --backend cpu >/dev/null 2>&1; then fail "cpu backend"; fi
@@ -185,13 +198,13 @@ commands)
   same_as_alone 0 --random 20 --seed 5 -n 7
   same_as_alone 1 --random 20 --seed 6 -n 1
   same_as_alone 2 --random 20 --seed 7 -n 4
-  # --prompt-file: one prompt per line, commas or blanks; --eos ends a sequence at that id.
+  # --tokens-file: one prompt per line, commas or blanks; --eos ends a sequence at that id.
   printf '# prompts\n1,2,3\n\n4 5  6\n11, 12\n' >"$work/p.txt"
   gen_alone --tokens 1,2,3 -n 8
   eos=$(echo "$alone" | awk '{print $3}')
-  expect 0 "$qsp" generate "$work/tiny.gguf" --backend cpu --prompt-file "$work/p.txt" -n 8 --eos "$eos" \
+  expect 0 "$qsp" generate "$work/tiny.gguf" --backend cpu --tokens-file "$work/p.txt" -n 8 --eos "$eos" \
     && cp "$work/out" "$work/par"
-  [ "$(grep -c '^generated\[' "$work/par")" = 3 ] || fail "--prompt-file: expected 3 sequences"
+  [ "$(grep -c '^generated\[' "$work/par")" = 3 ] || fail "--tokens-file: expected 3 sequences"
   same_as_alone 0 --tokens 1,2,3 -n 8 --eos "$eos"
   same_as_alone 1 --tokens 4,5,6 -n 8 --eos "$eos"
   same_as_alone 2 --tokens 11,12 -n 8 --eos "$eos"
@@ -249,6 +262,83 @@ gguf_spec)
     [ -s "$work/qsp.txt" ] || fail "$spec: no tensor listing from qsp info --tensors"
     diff "$work/py.txt" "$work/qsp.txt" >/dev/null || { fail "$spec: readers disagree"; diff "$work/py.txt" "$work/qsp.txt" | head; }
   done
+  ;;
+
+tokenizer)
+  [ -x "$tokgguf" ] || { echo "tokenizer: needs the tok_gguf helper binary"; exit 2; }
+  m="$work/m.gguf"
+  expect 0 "$tokgguf" "$m" || exit 1
+  expect 0 "$tokgguf" "$work/vocab.gguf" --vocab-only
+  expect 0 "$tokgguf" "$work/l3.gguf" --template llama3
+  expect 0 "$tokgguf" "$work/unknown.gguf" --template unknown
+  expect 0 "$tokgguf" "$work/none.gguf" --template none
+  expect 0 "$qsp" info "$m" && out_has "tokenizer:    gpt2 (qwen2), 2048 tokens" && out_has "chat template: ChatML"
+  expect 0 "$qsp" info "$work/l3.gguf" && out_has "chat template: Llama 3"
+  expect 0 "$qsp" info "$work/unknown.gguf" && out_has "chat template: not one qsp recognises"
+  # qsp tokenize: ids and escaped pieces; vocabulary-only files too.
+  expect 0 "$qsp" tokenize "$m" "hello world" && out_has "^ *259 'hello'$" && out_has "^ *264 ' world'$"
+  [ "$(wc -l <"$work/out")" = 2 ] || fail "tokenize 'hello world': expected 2 tokens"
+  expect 0 "$qsp" tokenize "$work/vocab.gguf" "hello world" --ids-only && out_has "^259,264$"
+  expect 0 "$qsp" tokenize "$m" $'a\tb\n\xc3\xa9\\' && out_has "'\\\\t'" && out_has "'\\\\n'" \
+    && out_has "^ *195 '\\\\xc3'$" && out_has "^ *169 '\\\\xa9'$" && out_has "'\\\\\\\\'"
+  expect 0 "$qsp" tokenize "$m" "hi<|im_end|>" --ids-only && out_has "^104,105,60,124,"
+  expect 0 "$qsp" tokenize "$m" "hi<|im_end|>" --parse-special && out_has "^ *269 '<|im_end|>'$"
+  # BOS: added by default where the model adds one (llama3 variant), not with --no-special.
+  expect 0 "$qsp" tokenize "$work/l3.gguf" "hello" --ids-only && out_has "^267,259$"
+  expect 0 "$qsp" tokenize "$work/l3.gguf" "hello" --ids-only --no-special && out_has "^259$"
+  printf 'hello world' >"$work/prompt.txt"
+  expect 0 "$qsp" tokenize "$work/vocab.gguf" --prompt-file "$work/prompt.txt" --ids-only && out_has "^259,264$"
+  # --prompt on prefill == --tokens with the same ids (bit for bit on the CPU); --prompt-file too.
+  expect 0 "$qsp" prefill "$m" --tokens 259,264 --backend cpu --logits-out "$work/ids.bin"
+  expect 0 "$qsp" prefill "$m" --prompt "hello world" --backend cpu --logits-out "$work/text.bin" \
+    && out_has "prefill: 2 tokens" && out_has "  'tok"
+  cmp -s "$work/ids.bin" "$work/text.bin" || fail "prefill --prompt differs from --tokens of the same ids"
+  expect 0 "$qsp" prefill "$m" --prompt-file "$work/prompt.txt" --backend cpu --logits-out "$work/file.bin"
+  cmp -s "$work/ids.bin" "$work/file.bin" || fail "prefill --prompt-file differs from --tokens of the same ids"
+  # generate prints the text as it comes; with -v the ids too. Every id of this
+  # vocabulary from 276 on is the plain token "tokN".
+  expect 0 "$qsp" generate "$m" --prompt "hello world" -n 6 --backend cpu
+  grep -q '^generated:' "$work/out" && fail "generate printed ids without -v"
+  expect 0 "$qsp" generate "$m" --prompt "hello world" -n 6 --backend cpu -v && out_has "^prompt: 259 264$"
+  read -r -a gen <<<"$(sed -n 's/^generated: //p' "$work/out")"
+  [ "${#gen[@]}" = 6 ] || fail "generate -n 6 printed ${#gen[@]} ids"
+  want=""
+  plain=1
+  for id in "${gen[@]}"; do
+    [ "$id" -ge 276 ] || plain=0
+    want+="tok$id"
+  done
+  if [ "$plain" = 1 ]; then
+    out_has "^$want$"
+  else
+    echo "note: generated ids ${gen[*]} are not all plain tokens; text not compared"
+  fi
+  # The same ids as --tokens gives.
+  expect 0 "$qsp" generate "$m" --tokens 259,264 -n 6 --backend cpu -v
+  [ "$(sed -n 's/^generated: //p' "$work/out")" = "${gen[*]}" ] || fail "generate --prompt != --tokens of the same ids"
+  # Stops at the tokenizer's EOS: a file whose EOS is the third generated id.
+  expect 0 "$tokgguf" "$work/eos.gguf" --eos "${gen[2]}"
+  expect 0 "$qsp" generate "$work/eos.gguf" --prompt "hello world" -n 6 --backend cpu -v \
+    && out_has "^generated: ${gen[0]} ${gen[1]} ${gen[2]}$" && out_has "stopped at an EOS id"
+  # --chat: ChatML around the prompt, the special tokens parsed.
+  expect 0 "$qsp" tokenize "$m" $'<|im_start|>user\nhello world<|im_end|>\n<|im_start|>assistant\n' \
+    --parse-special --ids-only
+  chat_ids=$(tr ',' ' ' <"$work/out")
+  expect 0 "$qsp" generate "$m" --prompt "hello world" --chat -n 2 --backend cpu -v && out_has "^prompt: $chat_ids$"
+  case "$chat_ids" in 268\ *269*268*) ;; *) fail "ChatML ids '$chat_ids' lack <|im_start|> / <|im_end|>" ;; esac
+  # Llama 3 headers, the BOS added once by the tokenizer.
+  expect 0 "$qsp" tokenize "$work/l3.gguf" \
+    $'<|start_header_id|>user<|end_header_id|>\n\nhello<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n' \
+    --parse-special --ids-only
+  l3_ids=$(tr ',' ' ' <"$work/out")
+  case "$l3_ids" in 267\ 271\ *) ;; *) fail "Llama 3 ids '$l3_ids' do not start with BOS, <|start_header_id|>" ;; esac
+  expect 0 "$qsp" prefill "$work/l3.gguf" --prompt hello --chat --backend cpu --top 0 -v
+  expect 0 "$qsp" generate "$work/l3.gguf" --prompt hello --chat -n 1 --backend cpu -v && out_has "^prompt: $l3_ids$"
+  # Errors: no or unknown chat template; a vocabulary-only file cannot run.
+  expect 1 "$qsp" generate "$work/unknown.gguf" --prompt hi --chat --backend cpu && err_has "does not recognise the chat template"
+  expect 1 "$qsp" prefill "$work/none.gguf" --prompt hi --chat --backend cpu && err_has "has no chat template"
+  expect 1 "$qsp" prefill "$work/vocab.gguf" --prompt hi --backend cpu && err_has "vocab.gguf"
+  expect 2 "$qsp" prefill "$m" --prompt "" --backend cpu && err_has "empty"
   ;;
 
 *)

@@ -10,7 +10,8 @@
 // The vocabulary: ids 0..255 the bytes; merges spelling "hello", " world",
 // "ing"; the control tokens <|endoftext|> (BOS and EOS, BOS not added),
 // <|im_start|>, <|im_end|>, <|begin_of_text|>, <|start_header_id|>,
-// <|end_header_id|>, <|eot_id|>; then plain tokens "tokN" up to 2048.
+// <|end_header_id|>, <|eot_id|>; then plain tokens "tokN" up to 2048. With
+// --template llama3 the BOS is added (add_bos_token), as Llama 3's is.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -71,7 +72,10 @@ int main(int argc, char** argv) {
   v.eot = im_end;
   v.add_bos = 0;
   if (tmpl == "chatml") v.chat_template = kChatML;
-  else if (tmpl == "llama3") v.chat_template = kLlama3;
+  else if (tmpl == "llama3") {
+    v.chat_template = kLlama3;
+    v.add_bos = 1;  // as Llama 3 does
+  }
   else if (tmpl == "unknown") v.chat_template = kUnknown;
   else if (tmpl != "none") return usage();
 
