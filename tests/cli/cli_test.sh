@@ -79,6 +79,7 @@ exit_codes)
   expect 2 "$qsp" prefill --random 3 --prompt hello && err_has "exclude"
   expect 2 "$qsp" prefill --prompt hello --prompt-file "$work/p.txt" && err_has "exclude"
   expect 2 "$qsp" prefill --tokens 1,2 --chat && err_has "--chat needs the prompt as text"
+  expect 2 "$qsp" generate --random 4 --chat && err_has "--chat needs the prompt as text"
   expect 2 "$qsp" tokenize && err_has "takes MODEL and TEXT"
   expect 2 "$qsp" tokenize "$work/m.gguf" && err_has "takes MODEL and TEXT"
   expect 2 "$qsp" generate --random 4 --parallel 0 && err_has "--parallel"

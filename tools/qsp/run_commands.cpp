@@ -65,7 +65,9 @@ std::vector<std::vector<int32_t>> generate_prompts(const ParsedArgs& a, const Mo
   const int sources = int(a.has("--tokens")) + int(a.has("--random")) + int(a.has("--tokens-file")) +
                       int(has_text_prompt(a));
   if (sources > 1) throw UsageError("--tokens, --random, --tokens-file and --prompt / --prompt-file exclude each other");
-  if (sources == 0 && !a.has("--chat"))
+  if (a.has("--chat") && !has_text_prompt(a))
+    throw UsageError("--chat needs the prompt as text: --prompt or --prompt-file");
+  if (sources == 0)
     throw UsageError("give the prompt with --prompt TEXT, --tokens 1,2,3, --random N or --tokens-file F");
   if (a.has("--seed") && !a.has("--random")) throw UsageError("--seed applies to --random only");
   std::vector<std::vector<int32_t>> prompts;
@@ -77,7 +79,7 @@ std::vector<std::vector<int32_t>> generate_prompts(const ParsedArgs& a, const Mo
       prompts.push_back(random_tokens(n, m.info().vocab_size, seed + i));
     return prompts;
   }
-  if (has_text_prompt(a) || a.has("--chat")) {
+  if (has_text_prompt(a)) {
     prompts.push_back(text_prompt_tokens(a, m));
   } else if (a.has("--tokens")) {
     for (const std::string& s : a.get_all("--tokens")) prompts.push_back(parse_token_list("--tokens", s));
