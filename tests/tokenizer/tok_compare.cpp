@@ -130,8 +130,12 @@ bool valid_utf8(const std::string& s) {
   return true;
 }
 
-// The text as a C string literal (printable ASCII as is, the rest escaped).
+// The text as a C string literal: printable ASCII and (when all of s is valid
+// UTF-8) other characters as they are, control bytes and the bytes of invalid
+// UTF-8 as \xNN.
+bool valid_utf8(const std::string& s);
 std::string escaped(const std::string& s, size_t max = 400) {
+  const bool utf8 = valid_utf8(s);
   std::string o = "\"";
   for (size_t i = 0; i < s.size() && i < max; ++i) {
     const unsigned char c = uint8_t(s[i]);
@@ -147,7 +151,7 @@ std::string escaped(const std::string& s, size_t max = 400) {
       o += "\\t";
     } else if (c >= 0x20 && c < 0x7F) {
       o += char(c);
-    } else if (c >= 0x80) {
+    } else if (c >= 0x80 && utf8) {
       o += char(c);  // UTF-8 as is (the hex line shows the bytes)
     } else {
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
@@ -181,12 +185,28 @@ struct Checker {
     if (qsp_token_piece(tok, id, 0, buf, sizeof buf, &len) != QSP_OK) return "<" + std::string(qsp_gguf_last_error()) + ">";
     return std::string(buf, size_t(len));
   }
-  // "id:"piece" id:"piece" ..."
-  std::string ids_str(const Ids& ids, size_t max = 64) const {
+  // "[n] id:"piece" id:"piece" ..." for ids[from, from + max)
+  std::string ids_str(const Ids& ids, size_t from = 0, size_t max = 48) const {
     std::string o = "[" + std::to_string(ids.size()) + "]";
-    for (size_t i = 0; i < ids.size() && i < max; ++i) o += " " + std::to_string(ids[i]) + ":" + escaped(piece(ids[i]), 40);
-    if (ids.size() > max) o += " ...";
+    if (from) o += " ... (from " + std::to_string(from) + ")";
+    for (size_t i = from; i < ids.size() && i < from + max; ++i)
+      o += " " + std::to_string(ids[i]) + ":" + escaped(piece(ids[i]), 40);
+    if (ids.size() > from + max) o += " ...";
     return o;
+  }
+  // Both lists in full (ids only), then both with pieces from a little
+  // before the first difference.
+  std::string diff_str(const Ids& ref, const Ids& got) const {
+    size_t k = 0;
+    while (k < ref.size() && k < got.size() && ref[k] == got[k]) ++k;
+    auto all = [](const Ids& ids) {
+      std::string o;
+      for (int32_t id : ids) o += " " + std::to_string(id);
+      return o;
+    };
+    const size_t from = k > 6 ? k - 6 : 0;
+    return "  ref ids:" + all(ref) + "\n  qsp ids:" + all(got) + "\n  first difference at index " + std::to_string(k) +
+           "\n  ref: " + ids_str(ref, from) + "\n  qsp: " + ids_str(got, from) + "\n";
   }
   bool tokenize(const std::string& text, uint32_t flags, Ids* ids, std::string* err) const {
     uint64_t n = 0;
@@ -330,14 +350,14 @@ int main(int argc, char** argv) {
     if (!c.tokenize(text, QSP_TOKENIZE_PARSE_SPECIAL, &ids, &err))
       report(t_ids, i, text, "  " + err + "\n");
     else if (ids != ref_ids)
-      report(t_ids, i, text, "  ref: " + c.ids_str(ref_ids) + "\n  qsp: " + c.ids_str(ids) + "\n");
+      report(t_ids, i, text, c.diff_str(ref_ids, ids));
 
     Ids ids_special;
     ++t_special.checked;
     if (!c.tokenize(text, QSP_TOKENIZE_PARSE_SPECIAL | QSP_TOKENIZE_ADD_SPECIAL, &ids_special, &err))
       report(t_special, i, text, "  " + err + "\n");
     else if (ids_special != ref_special)
-      report(t_special, i, text, "  ref: " + c.ids_str(ref_special) + "\n  qsp: " + c.ids_str(ids_special) + "\n");
+      report(t_special, i, text, c.diff_str(ref_special, ids_special));
 
     std::string decoded;
     ++t_decode.checked;
