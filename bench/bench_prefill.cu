@@ -9,7 +9,7 @@
 // Qwen3-8B. Prints ms, tokens/s and effective TOPS (2 x linear parameters x
 // tokens + causal attention + the LM head once).
 //
-// usage: bench_prefill [--model 0.6b|8b|all] [--type q4_0|q8_0|all]
+// usage: bench_prefill [--model 0.6b|8b|all] [--type q4_0|q8_0|q4_K|...|q4_k_m|...|all]
 //                      [--tokens 1,128,512,2048,8192] [--reps N] [--no-baseline]
 //                      [--batch SPEC,...]   (qsp_prefill_batch against qsp_prefill
 //                      one context at a time; SPEC as parse_batch says)
@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "gguf_write/gguf_synth.h"
 #include "support/check.h"
 #include "support/rng.h"
 #include "common/quant.h"
@@ -116,6 +117,25 @@ std::vector<uint8_t> random_f32(uint64_t n, float mean, float sd, uint64_t seed)
   return b;
 }
 
+// What --type names: one format for every matrix, or a llama.cpp file type
+// (q4_k_m, ...) whose per-tensor mix synth_mix_type gives, as `qsp synth`
+// writes it (tools/gguf_write: the rules of docs/GGUF.md).
+struct BenchType {
+  int32_t dtype = 0;  // the format, or the mix's base
+  const qsp::gguf::SynthFileType* mix = nullptr;
+  std::string name() const { return mix ? mix->name : qsp_dtype_name(dtype); }
+  // The type of matrix `tensor` (GGUF name) of shape s with `cols` columns.
+  int32_t of(const char* shape_name, const std::string& tensor, uint64_t cols, int32_t plain) const {
+    if (!mix) return plain;
+    const qsp::gguf::SynthPreset* p = qsp::gguf::find_synth_preset(shape_name);
+    if (!p) {
+      std::fprintf(stderr, "bench_prefill: no synth preset %s for the %s mix\n", shape_name, mix->name);
+      std::exit(2);
+    }
+    return qsp::gguf::synth_mix_type(*p, *mix, tensor, cols);
+  }
+};
+
 // An empty b: a cached handle, no data (n_bytes still the tensor's size).
 qsp_tensor view(uint64_t handle, int32_t dtype, uint64_t rows, uint64_t cols, const std::vector<uint8_t>& b) {
   qsp_tensor t{};
@@ -143,7 +163,8 @@ int reps_for(uint32_t n, int reps) { return n >= 4096 ? std::max(3, reps / 3) : 
 // generate = false: a second context of the same model. Every handle is in
 // the weight cache already, so the views carry no data (the API then reads
 // nothing: qsp.h, "Weights").
-qsp_context* make_qsp(const Shape& s, int32_t dtype, uint32_t max_seq, bool generate = true) {
+qsp_context* make_qsp(const Shape& s, const BenchType& bt, uint32_t max_seq, bool generate = true) {
+  const int32_t dtype = bt.dtype;
   qsp_context_params p;
   qsp_context_params_init(&p);
   p.n_layers = s.layers;
@@ -158,7 +179,7 @@ qsp_context* make_qsp(const Shape& s, int32_t dtype, uint32_t max_seq, bool gene
   qsp_context* ctx = nullptr;
   QSP_QK(qsp_context_create(&p, &ctx));
   const uint64_t H = s.hidden, Q = uint64_t(s.heads) * s.head_dim, KV = uint64_t(s.kv_heads) * s.head_dim;
-  uint64_t h = (uint64_t(dtype) << 40) ^ (uint64_t(s.hidden) << 20);
+  uint64_t h = (uint64_t(dtype) << 40) ^ (uint64_t(s.hidden) << 20) ^ (bt.mix ? uint64_t(bt.mix->file_type + 1) << 32 : 0);
   const double t0 = now_ms();
   const auto gen_f32 = [&](uint64_t n, float mean, float sd, uint64_t seed) {
     return generate ? random_f32(n, mean, sd, seed) : std::vector<uint8_t>();
@@ -169,37 +190,50 @@ qsp_context* make_qsp(const Shape& s, int32_t dtype, uint32_t max_seq, bool gene
   for (uint32_t l = 0; l < s.layers; ++l) {
     std::vector<uint8_t> an = gen_f32(H, 1, 0.2f, ++h), fn = gen_f32(H, 1, 0.2f, ++h);
     std::vector<uint8_t> qn = gen_f32(s.head_dim, 1, 0.2f, ++h), kn = gen_f32(s.head_dim, 1, 0.2f, ++h);
-    std::vector<uint8_t> wq = gen_quant(dtype, Q, H, ++h), wk = gen_quant(dtype, KV, H, ++h),
-                         wv = gen_quant(dtype, KV, H, ++h), wo = gen_quant(dtype, H, Q, ++h),
-                         wg = gen_quant(dtype, s.ffn, H, ++h), wu = gen_quant(dtype, s.ffn, H, ++h),
-                         wd = gen_quant(dtype, H, s.ffn, ++h);
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    const auto type = [&](const char* t, uint64_t cols) { return bt.of(s.name, blk + t + ".weight", cols, dtype); };
+    const int32_t tq = type("attn_q", H), tk = type("attn_k", H), tv = type("attn_v", H), to = type("attn_output", Q),
+                  tg = type("ffn_gate", H), tu = type("ffn_up", H), td = type("ffn_down", s.ffn);
+    std::vector<uint8_t> wq = gen_quant(tq, Q, H, ++h), wk = gen_quant(tk, KV, H, ++h),
+                         wv = gen_quant(tv, KV, H, ++h), wo = gen_quant(to, H, Q, ++h),
+                         wg = gen_quant(tg, s.ffn, H, ++h), wu = gen_quant(tu, s.ffn, H, ++h),
+                         wd = gen_quant(td, H, s.ffn, ++h);
     qsp_layer_weights w;
     qsp_layer_weights_init(&w);
     w.attn_norm = view(h + 100, QSP_DTYPE_F32, 1, H, an);
     w.ffn_norm = view(h + 101, QSP_DTYPE_F32, 1, H, fn);
     w.q_norm = view(h + 102, QSP_DTYPE_F32, 1, s.head_dim, qn);
     w.k_norm = view(h + 103, QSP_DTYPE_F32, 1, s.head_dim, kn);
-    w.wq = view(h + 104, dtype, Q, H, wq);
-    w.wk = view(h + 105, dtype, KV, H, wk);
-    w.wv = view(h + 106, dtype, KV, H, wv);
-    w.wo = view(h + 107, dtype, H, Q, wo);
-    w.w_gate = view(h + 108, dtype, s.ffn, H, wg);
-    w.w_up = view(h + 109, dtype, s.ffn, H, wu);
-    w.w_down = view(h + 110, dtype, H, s.ffn, wd);
+    w.wq = view(h + 104, tq, Q, H, wq);
+    w.wk = view(h + 105, tk, KV, H, wk);
+    w.wv = view(h + 106, tv, KV, H, wv);
+    w.wo = view(h + 107, to, H, Q, wo);
+    w.w_gate = view(h + 108, tg, s.ffn, H, wg);
+    w.w_up = view(h + 109, tu, s.ffn, H, wu);
+    w.w_down = view(h + 110, td, H, s.ffn, wd);
     h += 200;
     QSP_QK(qsp_upload_layer(ctx, l, &w));
   }
-  std::vector<uint8_t> emb = gen_quant(QSP_DTYPE_Q8_0, s.vocab, H, ++h);
+  // Q8_0, tied, for a single format (as Qwen3-0.6B; 8B has its own head of
+  // the same shape and cost); a mix's own embedding and head types.
+  const int32_t te = bt.of(s.name, "token_embd.weight", H, QSP_DTYPE_Q8_0);
+  const int32_t th = bt.of(s.name, "output.weight", H, QSP_DTYPE_Q8_0);
+  std::vector<uint8_t> emb = gen_quant(te, s.vocab, H, ++h);
   std::vector<uint8_t> on = gen_f32(H, 1, 0.2f, ++h);
-  qsp_tensor e = view(h + 1, QSP_DTYPE_Q8_0, s.vocab, H, emb);
+  qsp_tensor e = view(h + 1, te, s.vocab, H, emb);
   QSP_QK(qsp_upload_embedding(ctx, &e));
   qsp_output_weights o;
   qsp_output_weights_init(&o);
   o.norm = view(h + 2, QSP_DTYPE_F32, 1, H, on);
-  o.lm_head = e;  // tied, as Qwen3-0.6B; 8B has its own head of the same shape and cost
+  o.lm_head = e;
+  std::vector<uint8_t> head;
+  if (th != te) {
+    head = gen_quant(th, s.vocab, H, ++h);
+    o.lm_head = view(h + 3, th, s.vocab, H, head);
+  }
   QSP_QK(qsp_upload_output(ctx, &o));
   if (generate)
-    std::printf("  [qsp] generated + uploaded %s %s in %.1f s\n", s.name, qsp_dtype_name(dtype), (now_ms() - t0) / 1e3);
+    std::printf("  [qsp] generated + uploaded %s %s in %.1f s\n", s.name, bt.name().c_str(), (now_ms() - t0) / 1e3);
   return ctx;
 }
 
@@ -244,7 +278,7 @@ std::vector<Group> parse_batch(const std::string& spec) {
 // One batch step against the same pieces through qsp_prefill, one context at
 // a time (each call waits for its result, as a caller of qsp_prefill does),
 // both from the same cache state; medians of `reps` after a warm-up.
-void bench_batch(const Shape& s, int32_t dtype, const std::string& spec, int reps, std::vector<std::string>& table) {
+void bench_batch(const Shape& s, const BenchType& bt, const std::string& spec, int reps, std::vector<std::string>& table) {
   const std::vector<Group> groups = parse_batch(spec);
   uint32_t max_seq = 16, n_tok = 0;
   std::vector<uint32_t> len, past;
@@ -257,7 +291,7 @@ void bench_batch(const Shape& s, int32_t dtype, const std::string& spec, int rep
     }
   const uint32_t S = uint32_t(len.size());
   std::vector<qsp_context*> ctx(S);
-  for (uint32_t i = 0; i < S; ++i) ctx[i] = make_qsp(s, dtype, max_seq, /*generate=*/i == 0);
+  for (uint32_t i = 0; i < S; ++i) ctx[i] = make_qsp(s, bt, max_seq, /*generate=*/i == 0);
   std::vector<std::vector<int32_t>> tok(S);
   for (uint32_t i = 0; i < S; ++i) {
     tok[i].resize(past[i] + len[i]);
@@ -299,7 +333,7 @@ void bench_batch(const Shape& s, int32_t dtype, const std::string& spec, int rep
   const double mb = median(tb), ms = median(ts);
   char line[512];
   std::snprintf(line, sizeof line, "| %-10s | %-4s | batch %-16s | %4u | %6u | %9.3f | %10.0f | %9.3f | %10.0f | %5.2fx |",
-                s.name, qsp_dtype_name(dtype), spec.c_str(), S, n_tok, mb, n_tok / mb * 1e3, ms, n_tok / ms * 1e3,
+                s.name, bt.name().c_str(), spec.c_str(), S, n_tok, mb, n_tok / mb * 1e3, ms, n_tok / ms * 1e3,
                 ms / mb);
   std::puts(line);
   table.push_back(line);
@@ -495,16 +529,20 @@ std::vector<uint32_t> parse_list(const char* s) {
 }  // namespace
 
 // --type: "all" (q4_0 and q8_0) or a comma list of any quantized names (q4_K, ...).
-std::vector<int32_t> bench_types(const std::string& type) {
-  if (type == "all") return {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0};
-  std::vector<int32_t> v;
+std::vector<BenchType> bench_types(const std::string& type) {
+  if (type == "all") return {BenchType{QSP_DTYPE_Q4_0}, BenchType{QSP_DTYPE_Q8_0}};
+  std::vector<BenchType> v;
   for (size_t at = 0; at <= type.size();) {
     size_t end = type.find(',', at);
     if (end == std::string::npos) end = type.size();
     const std::string name = type.substr(at, end - at);
     bool found = false;
     for (const BlockScales& x : kBlockScales)
-      if (name == qsp_dtype_name(x.dtype)) v.push_back(x.dtype), found = true;
+      if (name == qsp_dtype_name(x.dtype)) v.push_back(BenchType{x.dtype}), found = true;
+    // A llama.cpp mix (q4_k_m, ...): its own spelling is lower case, so q4_k
+    // above (q4_K) and the file types never collide.
+    const qsp::gguf::SynthFileType* ft = found ? nullptr : qsp::gguf::find_synth_file_type(name);
+    if (ft && name == ft->name) v.push_back(BenchType{ft->base, ft}), found = true;
     if (!found) {
       std::fprintf(stderr, "bench_prefill: unknown --type %s\n", name.c_str());
       std::exit(2);
@@ -558,8 +596,8 @@ int main(int argc, char** argv) {
   if (!batches.empty()) {
     for (const Shape& s : kShapes) {
       if (model != "all" && std::string(s.name).find(model) == std::string::npos) continue;
-      for (int32_t dtype : bench_types(type)) {
-        for (const std::string& b : batches) bench_batch(s, dtype, b, reps, table);
+      for (const BenchType& bt : bench_types(type)) {
+        for (const std::string& b : batches) bench_batch(s, bt, b, reps, table);
       }
     }
     std::printf("\n| model | type | batch | seqs | tokens | batch ms | tokens/s | one at a time ms | tokens/s | speedup |\n"
@@ -569,19 +607,19 @@ int main(int argc, char** argv) {
   }
   for (const Shape& s : kShapes) {
     if (model != "all" && std::string(s.name).find(model) == std::string::npos) continue;
-    for (int32_t dtype : bench_types(type)) {
-      qsp_context* ctx = make_qsp(s, dtype, max_seq);
+    for (const BenchType& bt : bench_types(type)) {
+      qsp_context* ctx = make_qsp(s, bt, max_seq);
       for (uint32_t n : lengths) {
         const double ms = time_qsp(ctx, n, 0, reps_for(n, reps), tokens);
         std::snprintf(line, sizeof line, "| %-10s | %-4s | qsp    | %5u | %9.3f | %10.0f | %7.1f |", s.name,
-                      qsp_dtype_name(dtype), n, ms, n / ms * 1e3, total_flops(s, n, 0) / ms / 1e9);
+                      bt.name().c_str(), n, ms, n / ms * 1e3, total_flops(s, n, 0) / ms / 1e9);
         std::puts(line);
         table.push_back(line);
       }
       // The decode step deep into a prompt (graph replay, attention over 2048 keys).
       const double dms = time_qsp(ctx, 1, 2048, reps, tokens);
       std::snprintf(line, sizeof line, "| %-10s | %-4s | qsp    | 1@2048 | %8.3f | %10.0f | %7.1f |", s.name,
-                    qsp_dtype_name(dtype), dms, 1e3 / dms, total_flops(s, 1, 2048) / dms / 1e9);
+                    bt.name().c_str(), dms, 1e3 / dms, total_flops(s, 1, 2048) / dms / 1e9);
       std::puts(line);
       table.push_back(line);
       qsp_context_destroy(ctx);

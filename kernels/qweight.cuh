@@ -439,6 +439,96 @@ QSP_HD inline void dq_q2_k(const uint32_t (&q)[2], const uint32_t (&sc)[2], cons
   }
 }
 
+// ---- K-quants in fp16 (Q4_K, Q5_K, Q6_K fragments) ------------------------------
+// The GEMM / GEMV fragments of these formats fold the sub-block scale into
+// fp16 first, once per k step for both rows of the lane: ds = RN16(d * sc)
+// (and RN16(dmin * m)), exact products rounded once; then the value is one
+// fp16 fma or multiply on the exact integer code, as Q4_1 / Q5_0 decode.
+// Two roundings instead of the fp32 path's one: |x16 - x| <= ulp16(x) +
+// 2^-11 (|d sc q| + |dmin m|), ~5e-4 of the sub-block's range, below the
+// fp16 operand's own rounding in the MMA's error budget; ~3x fewer
+// instructions per value than the fp32 decode (which the embedding, load8,
+// keeps: it must equal the CPU reference exactly).
+namespace hd {
+// (lo half of a, lo half of b) and (hi of a, hi of b).
+QSP_HD inline uint32_t pack_lo2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return prmt(a, b, 0x5410u);
+#else
+  return (a & 0xffffu) | (b << 16);
+#endif
+}
+QSP_HD inline uint32_t pack_hi2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return prmt(a, b, 0x7632u);
+#else
+  return (a >> 16) | (b & 0xffff0000u);
+#endif
+}
+// Unsigned bytes B0 and B1 of w as an exact fp16 pair: under exponent 0x64
+// each byte is 1024 + u, minus 1024.
+template <int B0, int B1>
+QSP_HD inline uint32_t u8pair(uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  return hsub2(prmt(w, 0x64646464u, uint32_t(B0 | 4 << 4 | B1 << 8 | 4 << 12)), 0x64006400u);
+#else
+  return d2h(double((w >> (8 * B0)) & 0xffu)) | d2h(double((w >> (8 * B1)) & 0xffu)) << 16;
+#endif
+}
+// Signed byte s of a and of b as an exact fp16 pair: (u ^ 0x80) = sc + 128
+// under exponent 0x64, minus 1152.
+QSP_HD inline uint32_t i8pair(uint32_t a, uint32_t b, int s) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t x = prmt(a, b, uint32_t(s | (s + 4) << 8));
+  uint32_t y;
+  asm("lop3.b32 %0, %1, %2, %3, 0x6A;\n" : "=r"(y) : "r"(x), "r"(0x00ff00ffu), "r"(0x64806480u));  // (x & b) ^ c
+  return hsub2(y, 0x64806480u);
+#else
+  return d2h(double(int8_t(a >> (8 * s)))) | d2h(double(int8_t(b >> (8 * s)))) << 16;
+#endif
+}
+}  // namespace hd
+
+// Q4_K / Q5_K, k step s (sub-block h = s >> 1 of the chunk): x = RN16(d sc)
+// q - RN16(dmin m), one fp16 fma per value (dq_q5_1 with qh = 0 for Q4_K).
+// side: the lane's four side words (kernels/qweight_kquant.h: sc / m bytes of
+// h = 0, 1 for rows g, g+8; (d, dmin) of row g, of row g+8).
+QSP_HD inline void dq_kq_affine(uint32_t q, uint32_t qh, int s, const uint32_t (&side)[4], uint32_t (&f)[4]) {
+  const uint32_t sm = side[s >> 1];
+  const uint32_t ds = hd::fmul2(hd::u8pair<0, 2>(sm), hd::pack_lo2(side[2], side[3]));
+  const uint32_t nms = hd::fmul2(hd::u8pair<1, 3>(sm), hd::pack_hi2(side[2], side[3]) ^ 0x80008000u);
+  dq_q5_1(q, qh, s, ds, nms, f);
+}
+
+// Q6_K's two high bits of (k step s, fragment half p, element e) in the
+// lane's high word s >> 1: register j = 2p + (e >> 1) of step s in bits
+// 2 (4 (s & 1) + j) (e even) and 16 + the same (e odd), the halves of an
+// f16x2 register 16 bits apart like their nibbles (as qh_bit for one bit).
+QSP_HD constexpr int q6h_bit(int s, int p, int e) { return 2 * (4 * (s & 1) + 2 * p + (e >> 1)) + 16 * (e & 1); }
+
+// Q6_K, k step s: the codes q = nibble | high << 4 as exact fp16 under
+// exponent 0x64 (1024 + q, or 1024 + 16 q for the nibble at bit 4), minus
+// 1056 (or / 16 - 96): q - 32 exactly; times RN16(d * sc) once.
+// qhw: the lane's high word of this step; sc: its int8 scales of rows g
+// (sc[0]) and g+8 (sc[1]), byte s; dw: (d_g, d_g8).
+QSP_HD inline void dq_q6_k(uint32_t q, uint32_t qhw, int s, const uint32_t (&sc)[2], uint32_t dw, uint32_t (&f)[4]) {
+  constexpr uint32_t kExp = 0x64006400u, kSub = 0x64206420u;  // 1056, 1056
+  constexpr uint32_t kMul = 0x2c002c00u;                       // 1/16, 1/16
+  constexpr uint32_t kAdd = 0xd600d600u;                       // -96, -96
+  const uint32_t ds = hd::fmul2(hd::i8pair(sc[0], sc[1], s), dw);
+  const uint32_t d_lo = hd::bcast_lo(ds), d_hi = hd::bcast_hi(ds);
+QSP_HD_UNROLL
+  for (int j = 0; j < 4; ++j) {
+    const int src = 2 * (4 * (s & 1) + j), dst = (j & 1) ? 8 : 4;
+    const uint32_t hb = dst >= src ? qhw << (dst - src) : qhw >> (src - dst);
+    const uint32_t hmask = (j & 1) ? 0x03000300u : 0x00300030u;
+    const uint32_t nmask = (j & 1) ? 0x00f000f0u : 0x000f000fu;
+    const uint32_t x = ((j < 2 ? q : q >> 8) & nmask) | (hb & hmask) | kExp;
+    const uint32_t t = (j & 1) ? hd::ffma2(x, kMul, kAdd) : hd::fsub2(x, kSub);
+    f[j] = hd::fmul2(t, j < 2 ? d_lo : d_hi);
+  }
+}
+
 // Q3_K, k step s: x = (d * (code - 32)) * (q - 4), q = low | high << 2: both
 // products in fp32 exactly as the CPU reference, one rounding to fp16.
 // sc: the lane's 8 six-bit scale codes (bytes); dw: (d_g, d_g8).
@@ -466,11 +556,11 @@ QSP_HD inline void dq_q3_k(const uint32_t (&q)[2], uint32_t h, const uint32_t (&
 // [col8, col8 + 8) of `row` sit in lanes c.lane + t, t = 0..3, two each
 // (see WTraits<kQ4_0>::load8).
 template <class T>
-__device__ inline void load8_by_values(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
+QSP_HD inline void load8_by_values(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
   const uint8_t* base = static_cast<const uint8_t*>(w.data);
   const qw::Coord c = qw::coord_of(row, col8, w.cols);  // t == 0, e == 0 or 2
   const size_t soff = T::scales_offset(w.rows, w.cols);
-#pragma unroll
+QSP_HD_UNROLL
   for (int t = 0; t < 4; ++t) {
     typename T::Raw r;
     T::raw_at(r, base, soff, size_t(c.unit), c.lane + t);

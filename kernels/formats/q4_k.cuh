@@ -11,9 +11,12 @@
 // 640 bytes per 1024 weights = 5.0 bits per weight (GGUF Q4_K: 144 per 256
 // = 4.5; the 0.5 is d / dmin repeated in each of a super-block's 4 chunks,
 // which keeps every unit self-contained for the shared loaders).
-// The sub-block scales are decoded in the kernel: d*sc and dmin*m in fp32
-// as the CPU reference (src/formats/q4_K.cpp), then x in fp32 and one
-// rounding to the fp16 fragment (qw::kq_affine_values). K % 256 == 0.
+// The sub-block scales are decoded in the kernel. GEMM / GEMV fragments:
+// d*sc and dmin*m rounded to fp16, then one fp16 fma per value
+// (qw::dq_kq_affine, kernels/qweight.cuh: ~3x fewer instructions than fp32).
+// The embedding (load8): d*sc and dmin*m in fp32 as the CPU reference
+// (src/formats/q4_K.cpp), x in fp32, bit for bit (qw::kq_affine_values).
+// K % 256 == 0.
 // The traits contract is listed in kernels/qweight.cuh.
 #pragma once
 
@@ -122,12 +125,8 @@ struct WTraits<WFormat::kQ4_K> {
     ldg128_stream(r.q[0], r.q[1], r.q[2], r.q[3], w + unit * kUnit + lane * 16);
     ldg128_stream(r.side[0], r.side[1], r.side[2], r.side[3], w + soff + unit * kScaleUnit + (lane >> 2) * 16);
   }
-  __device__ static void frags(const Raw& r, int s, uint32_t (&f)[4]) {
-    float v[8];
-    values(r, s, v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) f[i] = pack_half2(v[2 * i], v[2 * i + 1]);
-  }
+  // The GEMM / GEMV fragments: the scales folded into fp16 (qw::dq_kq_affine).
+  QSP_HD static void frags(const Raw& r, int s, uint32_t (&f)[4]) { qw::dq_kq_affine(r.q[s], 0u, s, r.side, f); }
 
   // ---- wgmma GEMM -------------------------------------------------------------------------
   __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
@@ -143,7 +142,7 @@ struct WTraits<WFormat::kQ4_K> {
   }
 
   // ---- Embedding --------------------------------------------------------------------------
-  __device__ static void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
+  QSP_HD static void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
     load8_by_values<WTraits<WFormat::kQ4_K>>(w, row, col8, out);
   }
 };

@@ -5,16 +5,19 @@
 // unit:
 //   quants 640 bytes   bytes 0..511: the low 4 bits exactly as Q4_0's
 //                      nibbles (q4_shift); bytes 512 + 4*lane: the lane's
-//                      32 high bits, bit 8*s + 4*p + e for k step s, row
-//                      half p, element e (one extra 4-byte load per lane)
+//                      32 high bits, bit qh_bit(s, p, e) for k step s, row
+//                      half p, element e, as Q5_0's (kernels/qweight.cuh:
+//                      an f16x2 register's two bits 16 apart, so one shift
+//                      puts both under their nibbles; one 4-byte load)
 //   side   128 bytes   as Q4_K: per row and 32-column sub-block the 8-bit
 //                      sc and m, per row the super-block's fp16 d and dmin
 //                      (kernels/qweight_kquant.h)
 // 768 bytes per 1024 weights = 6.0 bits per weight (GGUF Q5_K: 176 per 256
 // = 5.5; the 0.5 is d / dmin repeated in each of a super-block's 4 chunks).
-// The sub-block scales are decoded in the kernel: d*sc and dmin*m in fp32
-// as the CPU reference (src/formats/q5_K.cpp), then x in fp32 and one
-// rounding to the fp16 fragment (qw::kq_affine_values). K % 256 == 0.
+// The sub-block scales are decoded in the kernel: for GEMM / GEMV
+// fragments folded into fp16 as Q4_K's (qw::dq_kq_affine); for the embedding
+// in fp32 as the CPU reference (src/formats/q5_K.cpp, qw::kq_affine_values).
+// K % 256 == 0.
 // The traits contract is listed in kernels/qweight.cuh.
 #pragma once
 
@@ -83,7 +86,7 @@ struct WTraits<WFormat::kQ5_K> {
                 const uint32_t hi = (blk.qh[i] >> sub) & 1u;
                 const int lane = 4 * g + map.t[j];
                 q[lane * 4 + map.s[j]] |= nib << qw::q4_shift(p, map.e[j]);
-                qh[lane] |= hi << (8 * map.s[j] + 4 * p + map.e[j]);
+                qh[lane] |= hi << qw::qh_bit(map.s[j], p, map.e[j]);
               }
             }
           }
@@ -104,7 +107,7 @@ struct WTraits<WFormat::kQ5_K> {
   static constexpr int kGemvRawRegs = 11;
   struct Raw {
     uint32_t q[4];     // lane word per k step (Q4_0's nibble order)
-    uint32_t qh;       // the lane's high bits, bit 8*s + 4*p + e
+    uint32_t qh;       // the lane's high bits, bit qw::qh_bit(s, p, e)
     uint32_t side[4];  // sm of sub-blocks h = 0, 1; d / dmin of rows g, g+8
   };
   // The lane's words of one unit from plain memory: what lds_raw / ldg_raw
@@ -116,10 +119,13 @@ struct WTraits<WFormat::kQ5_K> {
   }
   // Values of k step s, v[4p + e] = row 8p+g, column chunk_col(s, t, e), fp32.
   QSP_HD static void values(const Raw& r, int s, float (&v)[8]) {
-    const uint32_t w = r.q[s], hb = r.qh >> (8 * s);
+    const uint32_t w = r.q[s], qh = r.qh;
     qw::kq_affine_values(
         r.side, s >> 1,
-        [w, hb](int p, int e) { return ((w >> qw::q4_shift(p, e)) & 15u) | (((hb >> (4 * p + e)) & 1u) << 4); }, v);
+        [w, qh, s](int p, int e) {
+          return ((w >> qw::q4_shift(p, e)) & 15u) | (((qh >> qw::qh_bit(s, p, e)) & 1u) << 4);
+        },
+        v);
   }
   // Stage smem: [tiles][kUnit] quants, then [tiles][kScaleUnit] side units.
   // Per half-stage hs (k steps 2hs, 2hs+1 = sub-block h = hs): their two
@@ -140,12 +146,8 @@ struct WTraits<WFormat::kQ5_K> {
     ldg32_stream(r.qh, w + unit * kUnit + qw::kQ5KHighBytes + lane * 4);
     ldg128_stream(r.side[0], r.side[1], r.side[2], r.side[3], w + soff + unit * kScaleUnit + (lane >> 2) * 16);
   }
-  __device__ static void frags(const Raw& r, int s, uint32_t (&f)[4]) {
-    float v[8];
-    values(r, s, v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) f[i] = pack_half2(v[2 * i], v[2 * i + 1]);
-  }
+  // The GEMM / GEMV fragments: the scales folded into fp16 (qw::dq_kq_affine).
+  QSP_HD static void frags(const Raw& r, int s, uint32_t (&f)[4]) { qw::dq_kq_affine(r.q[s], r.qh, s, r.side, f); }
 
   // ---- wgmma GEMM -------------------------------------------------------------------------
   __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
@@ -162,7 +164,7 @@ struct WTraits<WFormat::kQ5_K> {
   }
 
   // ---- Embedding --------------------------------------------------------------------------
-  __device__ static void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
+  QSP_HD static void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
     load8_by_values<WTraits<WFormat::kQ5_K>>(w, row, col8, out);
   }
 };

@@ -5,16 +5,18 @@
 // a chunk. Per 16 x 64 unit:
 //   quants 768 bytes   bytes 0..511: the low 4 bits exactly as Q4_0's
 //                      nibbles (q4_shift); bytes 512 + 8*lane: the lane's
-//                      64 high bits, word s >> 1, bits 16*(s & 1) + 8*p + 2*e
-//                      for k step s, row half p, element e
+//                      64 high bits, word s >> 1, bits q6h_bit(s, p, e) for
+//                      k step s, row half p, element e (kernels/qweight.cuh:
+//                      an f16x2 register's two fields 16 bits apart)
 //   side    96 bytes   byte 8*g + 4*p + s: int8 sc of row 8p+g, k step s;
 //                      bytes 64 + 4*g + 2*p: fp16 d of row 8p+g's super-block
 // 864 bytes per 1024 weights = 6.75 bits per weight (GGUF Q6_K: 210 per 256
 // = 6.5625; the extra is d repeated in each of a super-block's 4 chunks).
-// The sub-block scales are decoded in the kernel: d*sc in fp32, then
-// (d*sc)*(q - 32) in fp32 in the CPU reference's order (src/formats/q6_K.cpp;
-// d*sc is exact, so the product is the one rounding) and one rounding to the
-// fp16 fragment. K % 256 == 0. The traits contract is listed in
+// The sub-block scales are decoded in the kernel. GEMM / GEMV fragments:
+// RN16(d*sc), then one fp16 multiply of the exact q - 32 (qw::dq_q6_k). The
+// embedding: d*sc in fp32, then (d*sc)*(q - 32) in fp32 in the CPU
+// reference's order (src/formats/q6_K.cpp; d*sc is exact, so the product is
+// the one rounding), bit for bit. K % 256 == 0. The traits contract is listed in
 // kernels/qweight.cuh.
 #pragma once
 
@@ -82,7 +84,7 @@ struct WTraits<WFormat::kQ6_K> {
               const uint32_t high = (blk.qh[32 * h + i] >> (2 * k)) & 3u;
               const int lane = 4 * g + map.t[j], s = map.s[j], e = map.e[j];
               q[lane * 4 + s] |= low << qw::q4_shift(p, e);
-              qh[lane * 2 + (s >> 1)] |= high << (16 * (s & 1) + 8 * p + 2 * e);
+              qh[lane * 2 + (s >> 1)] |= high << qw::q6h_bit(s, p, e);
             }
           }
         }
@@ -115,13 +117,13 @@ struct WTraits<WFormat::kQ6_K> {
   }
   // Values of k step s, v[4p + e] = row 8p+g, column chunk_col(s, t, e), fp32.
   QSP_HD static void values(const Raw& r, int s, float (&v)[8]) {
-    const uint32_t w = r.q[s], hb = r.qh[s >> 1] >> (16 * (s & 1));
+    const uint32_t w = r.q[s], hb = r.qh[s >> 1];
     QSP_UNROLL
     for (int p = 0; p < 2; ++p) {
       const float ds = qw::h2f(uint16_t(r.d >> (16 * p))) * float(int8_t(r.sc[p] >> (8 * s)));
       QSP_UNROLL
       for (int e = 0; e < 4; ++e) {
-        const uint32_t q = ((w >> qw::q4_shift(p, e)) & 15u) | (((hb >> (8 * p + 2 * e)) & 3u) << 4);
+        const uint32_t q = ((w >> qw::q4_shift(p, e)) & 15u) | (((hb >> qw::q6h_bit(s, p, e)) & 3u) << 4);
         v[4 * p + e] = ds * (qw::small_u2f(q) - 32.0f);
       }
     }
@@ -146,12 +148,8 @@ struct WTraits<WFormat::kQ6_K> {
     ldg64_stream(r.sc[0], r.sc[1], side + (lane >> 2) * 8);
     ldg32_stream(r.d, side + 64 + (lane >> 2) * 4);
   }
-  __device__ static void frags(const Raw& r, int s, uint32_t (&f)[4]) {
-    float v[8];
-    values(r, s, v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) f[i] = pack_half2(v[2 * i], v[2 * i + 1]);
-  }
+  // The GEMM / GEMV fragments: d*sc folded into fp16 (qw::dq_q6_k).
+  QSP_HD static void frags(const Raw& r, int s, uint32_t (&f)[4]) { qw::dq_q6_k(r.q[s], r.qh[s >> 1], s, r.sc, r.d, f); }
 
   // ---- wgmma GEMM -------------------------------------------------------------------------
   __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
@@ -169,7 +167,7 @@ struct WTraits<WFormat::kQ6_K> {
   }
 
   // ---- Embedding --------------------------------------------------------------------------
-  __device__ static void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
+  QSP_HD static void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {
     load8_by_values<WTraits<WFormat::kQ6_K>>(w, row, col8, out);
   }
 };

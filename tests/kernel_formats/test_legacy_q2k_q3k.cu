@@ -10,10 +10,15 @@
 // d * q + m (Q4_1, Q5_1) is one rounding of the exact value on the device and
 // two (fp32, then fp16) for the reference: within one fp16 ulp. K-quants:
 // Q3_K's two fp32 products are the reference's, so exact; Q2_K's
-// (d sc) q - dmin m is one fma on the device: within one fp16 ulp. Padding rows
-// and columns must decode to 0. load8 (the embedding) is fp32 and exact.
+// (d sc) q - dmin m is one fma on the device: within one fp16 ulp. Q4_K, Q5_K
+// and Q6_K fold d sc (and dmin m) into fp16 before the value's one fp16 op
+// (qw::dq_kq_affine, qw::dq_q6_k): within one ulp plus 2^-10 of the absolute
+// maximum of the value's 32-column group, and the whole matrix within 1e-3
+// relative L2 of the reference. Padding rows and columns must decode to 0.
+// load8 (the embedding) is fp32 and exact.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -44,10 +49,26 @@ float ulp16(float x) {
 
 struct Counts {
   int64_t n = 0, exact = 0, bad = 0, pad_bad = 0;
+  double err2 = 0, ref2 = 0;
 };
 
+// A lane's raw words: the K-quants' raw_at takes the array and the unit
+// index, the others the unit's quant and side pointers.
+template <class T>
+auto raw_of(typename T::Raw& r, const uint8_t* dev, size_t soff, int64_t u, int lane, int)
+    -> decltype(T::raw_at(r, dev, soff, size_t(u), lane), void()) {
+  T::raw_at(r, dev, soff, size_t(u), lane);
+}
+template <class T>
+void raw_of(typename T::Raw& r, const uint8_t* dev, size_t soff, int64_t u, int lane, long) {
+  T::raw_at(r, dev + u * T::kUnit, dev + soff + u * T::kScaleUnit, lane);
+}
+
+// How close a fragment value must be to the fp32 reference (see the top).
+enum class Frag { kExact, kUlp, kFolded };
+
 template <WFormat F>
-void check_format(int32_t dtype, bool exact_frags, const Shape& sh, uint64_t seed) {
+void check_format(int32_t dtype, Frag mode, const Shape& sh, uint64_t seed) {
   using T = WTraits<F>;
   const int64_t rows = sh.rows, cols = sh.cols;
   INFO(fmt::name(dtype) << " " << rows << "x" << cols);
@@ -78,13 +99,15 @@ void check_format(int32_t dtype, bool exact_frags, const Shape& sh, uint64_t see
   // Fragments, as the GEMV / mma.sync / wgmma kernels decode them.
   const size_t soff = T::scales_offset(rows, cols);
   const int64_t KC = qw::n_chunks(cols);
+  std::vector<float> amax32(src.size() / 32);  // |ref| maximum of each 32-column group
+  for (size_t i = 0; i < ref.size(); ++i) amax32[i / 32] = std::max(amax32[i / 32], std::fabs(ref[i]));
   Counts k;
   for (int64_t tile = 0; tile < qw::n_tiles(rows); ++tile)
     for (int64_t c = 0; c < KC; ++c)
       for (int lane = 0; lane < 32; ++lane) {
         const int64_t u = tile * KC + c;
         typename T::Raw raw;
-        T::raw_at(raw, dev.data() + u * T::kUnit, dev.data() + soff + u * T::kScaleUnit, lane);
+        raw_of<T>(raw, dev.data(), soff, u, lane, 0);
         const int g = lane >> 2, t = lane & 3;
         for (int s = 0; s < 4; ++s) {
           uint32_t f[4];
@@ -101,9 +124,14 @@ void check_format(int32_t dtype, bool exact_frags, const Shape& sh, uint64_t see
               const float want = ref[size_t(row * cols + col)];
               const float want16 = fp16_to_fp32(fp32_to_fp16(want));
               ++k.n;
+              k.err2 += double(got - want) * double(got - want);
+              k.ref2 += double(want) * double(want);
+              const float tol = mode == Frag::kUlp      ? ulp16(want)
+                                : mode == Frag::kFolded ? ulp16(want) + amax32[size_t(row * cols + col) / 32] / 1024.0f
+                                                        : 0.0f;
               if (got == want16) {
                 ++k.exact;
-              } else if (exact_frags || !(std::fabs(got - want) <= ulp16(want))) {
+              } else if (mode == Frag::kExact || !(std::fabs(got - want) <= tol)) {
                 if (k.bad++ == 0) {
                   UNSCOPED_INFO("first bad fragment value: row " << row << " col " << col << " lane " << lane
                                                                  << " step " << s << ": " << got << " vs " << want);
@@ -112,11 +140,13 @@ void check_format(int32_t dtype, bool exact_frags, const Shape& sh, uint64_t see
             }
         }
       }
-  std::printf("  %-5s %4lldx%-4lld fragments: %lld values, %lld equal to fp16(ref), %lld off by <= 1 ulp, %lld bad, "
-              "%lld bad padding\n",
+  const double rel_l2 = k.ref2 > 0 ? std::sqrt(k.err2 / k.ref2) : 0.0;
+  std::printf("  %-5s %4lldx%-4lld fragments: %lld values, %lld equal to fp16(ref), %lld within tolerance, %lld bad, "
+              "%lld bad padding, rel L2 %.2e\n",
               fmt::name(dtype), (long long)rows, (long long)cols, (long long)k.n, (long long)k.exact,
-              (long long)(k.n - k.exact - k.bad), (long long)k.bad, (long long)k.pad_bad);
+              (long long)(k.n - k.exact - k.bad), (long long)k.bad, (long long)k.pad_bad, rel_l2);
   CHECK(k.bad == 0);
+  CHECK(rel_l2 <= 1e-3);
   CHECK(k.pad_bad == 0);
   CHECK(k.n == rows * cols);
 
@@ -149,19 +179,19 @@ const Shape kLegacyShapes[] = {{37, 96}, {16, 256}, {5, 32}, {40, 320}, {1, 4096
 TEST_CASE("kernel formats: Q5_0 repack + device decode on the CPU", "[kernel_formats]") {
   CHECK(bits_per_weight<WFormat::kQ5_0>() == 5.5);
   uint64_t seed = 50;
-  for (const Shape& s : kLegacyShapes) check_format<WFormat::kQ5_0>(QSP_DTYPE_Q5_0, true, s, seed++);
+  for (const Shape& s : kLegacyShapes) check_format<WFormat::kQ5_0>(QSP_DTYPE_Q5_0, Frag::kExact, s, seed++);
 }
 
 TEST_CASE("kernel formats: Q4_1 repack + device decode on the CPU", "[kernel_formats]") {
   CHECK(bits_per_weight<WFormat::kQ4_1>() == 5.0);
   uint64_t seed = 41;
-  for (const Shape& s : kLegacyShapes) check_format<WFormat::kQ4_1>(QSP_DTYPE_Q4_1, false, s, seed++);
+  for (const Shape& s : kLegacyShapes) check_format<WFormat::kQ4_1>(QSP_DTYPE_Q4_1, Frag::kUlp, s, seed++);
 }
 
 TEST_CASE("kernel formats: Q5_1 repack + device decode on the CPU", "[kernel_formats]") {
   CHECK(bits_per_weight<WFormat::kQ5_1>() == 6.0);
   uint64_t seed = 51;
-  for (const Shape& s : kLegacyShapes) check_format<WFormat::kQ5_1>(QSP_DTYPE_Q5_1, false, s, seed++);
+  for (const Shape& s : kLegacyShapes) check_format<WFormat::kQ5_1>(QSP_DTYPE_Q5_1, Frag::kUlp, s, seed++);
 }
 
 namespace {
@@ -171,13 +201,22 @@ const Shape kKShapes[] = {{37, 256}, {16, 512}, {5, 1024}, {40, 768}, {1, 4096}}
 TEST_CASE("kernel formats: Q2_K repack + device decode on the CPU", "[kernel_formats]") {
   CHECK(bits_per_weight<WFormat::kQ2_K>() == 3.0);
   uint64_t seed = 20;
-  for (const Shape& s : kKShapes) check_format<WFormat::kQ2_K>(QSP_DTYPE_Q2_K, false, s, seed++);
+  for (const Shape& s : kKShapes) check_format<WFormat::kQ2_K>(QSP_DTYPE_Q2_K, Frag::kUlp, s, seed++);
 }
 
 TEST_CASE("kernel formats: Q3_K repack + device decode on the CPU", "[kernel_formats]") {
   CHECK(bits_per_weight<WFormat::kQ3_K>() == 3.75);
   uint64_t seed = 30;
-  for (const Shape& s : kKShapes) check_format<WFormat::kQ3_K>(QSP_DTYPE_Q3_K, true, s, seed++);
+  for (const Shape& s : kKShapes) check_format<WFormat::kQ3_K>(QSP_DTYPE_Q3_K, Frag::kExact, s, seed++);
+}
+
+TEST_CASE("kernel formats: Q4_K / Q5_K / Q6_K fragments with fp16-folded scales on the CPU", "[kernel_formats]") {
+  uint64_t seed = 40;
+  for (const Shape& s : kKShapes) {
+    check_format<WFormat::kQ4_K>(QSP_DTYPE_Q4_K, Frag::kFolded, s, seed++);
+    check_format<WFormat::kQ5_K>(QSP_DTYPE_Q5_K, Frag::kFolded, s, seed++);
+    check_format<WFormat::kQ6_K>(QSP_DTYPE_Q6_K, Frag::kFolded, s, seed++);
+  }
 }
 
 TEST_CASE("kernel formats: K multiples gemm_supported asks for", "[kernel_formats]") {
