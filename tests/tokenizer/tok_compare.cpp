@@ -324,7 +324,8 @@ int main(int argc, char** argv) {
   Tally t_ids{"ids"}, t_special{"+specials"}, t_decode{"decode"}, t_stream{"stream"}, t_round{"roundtrip"};
   Tally* tallies[] = {&t_ids, &t_special, &t_decode, &t_stream, &t_round};
   size_t n_invalid = 0, n_bytes = 0;
-  double tokenize_seconds = 0;
+  double tokenize_seconds = 0, slowest = 0;
+  size_t slowest_i = 0;
 
   auto report = [&](Tally& t, size_t i, const std::string& text, const std::string& what) {
     ++t.failed;
@@ -352,7 +353,12 @@ int main(int argc, char** argv) {
     n_bytes += text.size();
     const auto t0 = std::chrono::steady_clock::now();
     const bool tokenized = c.tokenize(text, QSP_TOKENIZE_PARSE_SPECIAL, &ids, &err);
-    tokenize_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    tokenize_seconds += dt;
+    if (dt > slowest) {
+      slowest = dt;
+      slowest_i = i;
+    }
     if (!tokenized)
       report(t_ids, i, text, "  " + err + "\n");
     else if (ids != ref_ids)
@@ -402,8 +408,9 @@ int main(int argc, char** argv) {
     failed += t->failed;
   }
   std::printf(" match\n");
-  std::printf("%s: qsp_tokenize: %zu kB in %.0f ms (%.2f MB/s, one thread, first pass)\n", name, n_bytes / 1000,
-              tokenize_seconds * 1e3, tokenize_seconds > 0 ? n_bytes / tokenize_seconds / 1e6 : 0.0);
+  std::printf("%s: qsp_tokenize: %zu kB in %.0f ms (%.2f MB/s, one thread, first pass); slowest: string %zu, %.1f ms\n",
+              name, n_bytes / 1000, tokenize_seconds * 1e3, tokenize_seconds > 0 ? n_bytes / tokenize_seconds / 1e6 : 0.0,
+              slowest_i, slowest * 1e3);
   if (failed) std::printf("%s: FAILED (%zu mismatches)\n", name, failed);
   return failed ? 1 : 0;
 }

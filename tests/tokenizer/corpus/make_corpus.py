@@ -373,6 +373,18 @@ for _ in range(140):
 for _ in range(40):
     add("invalid-random", bytes(R.randint(0, 255) for _ in range(R.randint(1, 24))))
 
+# ---- long strings (BPE on long words, long runs, big mixed texts) -----------
+for s in ["a" * 5000, "ab" * 2500, "abc" * 1700, " " * 10000, "\n" * 3000, "\t " * 2000, "\r\n" * 2000,
+          "7" * 3000, "".join(str(i) for i in range(1500)), "😀" * 1000, "中" * 3000, "ع" * 2000,
+          "-" * 4000 + "=" * 4000, "'s" * 2000, "x'LL" * 1000]:
+    add("long", s)
+add("long", "".join(rand_char() for _ in range(4000)))
+add("long", "".join(R.choice([rand_char(), R.choice(WS), R.choice(WORDS_EN), number(), R.choice(EMOJI), R.choice(SPECIALS)])
+                    for _ in range(3000)))
+add("long", " ".join(R.choice(PROSE[R.choice(list(PROSE))]) for _ in range(300)))
+add("long", "\n".join(R.choice(CODE) for _ in range(40)))
+add("long", bytes(R.randint(0, 255) for _ in range(5000)))
+
 if len(sys.argv) > 1 and sys.argv[1] == "--list":
     for i, (cat, b) in enumerate(records):
         print(i, cat, repr(b.decode("utf-8", "replace")))
