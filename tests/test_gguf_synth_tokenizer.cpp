@@ -265,6 +265,12 @@ TEST_CASE("synth tokenizer: errors name the file and the problem") {
   std::string lower = tokenizer_json(qwen_pre());
   lower.replace(lower.find("\"normalizer\": null"), 18, "\"normalizer\": {\"type\": \"Lowercase\"}");
   CHECK_THAT(load_error(write_dir("lowercase", lower)), Catch::Contains("normalizer"));
+  CHECK_THAT(load_error(write_dir("badtype", R"({"model": {"type": 5}})")),
+             Catch::Contains("unexpected structure") && Catch::Contains("tokenizer.json"));
+  CHECK_THAT(load_error(write_dir("badvocab", tokenizer_json(qwen_pre()).replace(
+                                                  tokenizer_json(qwen_pre()).find("\"h\": 0"), 6, "\"h\": \"x\""))),
+             Catch::Contains("not an integer"));
+  CHECK_THROWS_WITH(hf_pre_tokenizer_name(R"({"type": "Split", "pattern": {"Regex": 1}})"), Catch::Contains("Regex"));
   CHECK_THAT(load_error(write_dir("badconfig", tokenizer_json(qwen_pre()), "{nope")),
              Catch::Contains("tokenizer_config.json") && Catch::Contains("not valid JSON"));
 }

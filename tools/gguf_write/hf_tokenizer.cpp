@@ -168,10 +168,28 @@ std::string hf_pre_tokenizer_name(const std::string& pre_tokenizer_json) {
   } catch (const json::exception& e) {
     throw std::runtime_error(std::string("pre_tokenizer: not valid JSON: ") + e.what());
   }
-  return pre_or_fail(pt, "pre_tokenizer");
+  try {
+    return pre_or_fail(pt, "pre_tokenizer");
+  } catch (const json::exception& e) {
+    throw std::runtime_error(std::string("pre_tokenizer: unexpected structure: ") + e.what());
+  }
+}
+
+namespace {
+TokenizerKeys load(const std::string& path, uint32_t vocab_size);
 }
 
 TokenizerKeys load_hf_tokenizer(const std::string& path, uint32_t vocab_size) {
+  try {
+    return load(path, vocab_size);
+  } catch (const json::exception& e) {  // a member of an unexpected JSON type
+    fail(path, std::string("unexpected structure: ") + e.what());
+  }
+}
+
+namespace {
+
+TokenizerKeys load(const std::string& path, uint32_t vocab_size) {
   const json tj = read_json(path);
   if (!tj.is_object()) fail(path, "not a tokenizer.json (the top level is not an object)");
   TokenizerKeys k;
@@ -396,6 +414,8 @@ TokenizerKeys load_hf_tokenizer(const std::string& path, uint32_t vocab_size) {
   if (k.eot_id < 0) k.eot_id = added_id("<|eot_id|>");
   return k;
 }
+
+}  // namespace
 
 void add_tokenizer_keys(Writer& w, const TokenizerKeys& k) {
   w.add_string("tokenizer.ggml.model", k.model);
