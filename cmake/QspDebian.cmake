@@ -143,7 +143,9 @@ set(CPACK_QSP_MULTIARCH_SAME ${QSP_DEB_RUNTIME} ${QSP_DEB_DEV})
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME ${QSP_DEB_DEV})
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
-set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "${QSP_DEB_RUNTIME} (= ${PROJECT_VERSION})")
+# libutf8proc-dev: what a static link against libqsp.a (qsp.pc's Libs.private,
+# the CMake package's qsp::qsp_static) needs besides libqsp1's own dependencies.
+set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "${QSP_DEB_RUNTIME} (= ${PROJECT_VERSION}), libutf8proc-dev")
 
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME ${QSP_DEB_TOOLS})
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION utils)

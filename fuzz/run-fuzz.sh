@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds every libFuzzer target (the GGUF reader, the C API driven by call
-# sequences, the weight-format decoders and quantizers, the batched prefill)
-# with clang++-14 (AddressSanitizer + UndefinedBehaviorSanitizer) and fuzzes
+# sequences, the weight-format decoders and quantizers, the batched prefill,
+# the tokenizer) with clang++-14 (AddressSanitizer + UndefinedBehaviorSanitizer) and fuzzes
 # them one after the other for SECONDS in all (default 60, shared out equally,
 # at least 5 s each: CI's step stays one minute), starting from the committed
 # corpora in fuzz/corpus/NAME with fuzz/NAME.dict and fuzz/NAME.options when
@@ -19,7 +19,7 @@ command -v "$cxx" >/dev/null || { echo "run-fuzz: $cxx not found (Debian package
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S "$root/fuzz" -B "$build" "${gen[@]}" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-targets=(gguf api formats batch)
+targets=(gguf api formats batch tokenizer)
 cmake --build "$build" --target "${targets[@]/#/fuzz_}" -j"$(nproc)"
 mkdir -p "$build/artifacts"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:allocator_may_return_null=1}

@@ -162,6 +162,10 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
     // ptxas from serializing the wgmmas (C7513: registers defined while a
     // group is in flight); the other warpgroup's group covers the gap.
     wgmma_wait<0>();
+    // Every lane's reads of the slot (wg_frags) before lane 0 hands it back:
+    // without it compute-sanitizer's racecheck reported WAR hazards between
+    // lanes 1..31's LDS and the producer's next bulk copy into the slot.
+    __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * slot);
   }
 #pragma unroll

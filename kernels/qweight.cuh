@@ -440,15 +440,19 @@ QSP_HD inline void dq_q2_k(const uint32_t (&q)[2], const uint32_t (&sc)[2], cons
 }
 
 // ---- K-quants in fp16 (Q4_K, Q5_K, Q6_K fragments) ------------------------------
-// The GEMM / GEMV fragments of these formats fold the sub-block scale into
-// fp16 first, once per k step for both rows of the lane: ds = RN16(d * sc)
-// (and RN16(dmin * m)), exact products rounded once; then the value is one
-// fp16 fma or multiply on the exact integer code, as Q4_1 / Q5_0 decode.
-// Two roundings instead of the fp32 path's one: |x16 - x| <= ulp16(x) +
-// 2^-11 (|d sc q| + |dmin m|), ~5e-4 of the sub-block's range, below the
-// fp16 operand's own rounding in the MMA's error budget; ~3x fewer
-// instructions per value than the fp32 decode (which the embedding, load8,
-// keeps: it must equal the CPU reference exactly).
+// The GEMM / GEMV fragments of these formats decode in f16x2 arithmetic on
+// the exact integer codes, as Q4_1 / Q5_0 do, with the sub-block scale d * sc
+// (and dmin * m) split once per k step into two fp16: hi = RN16(d sc) and the
+// remainder lo = RN16(d sc - hi) (exact: d sc has 17 significant bits). Then
+// x = (q hi + (-m dmin)_hi) + (q lo + (-m dmin)_lo): the large part one fma,
+// rounded once relative to x itself, the small part an fma of terms 2^-11
+// smaller. |x16 - x| <= 2 ulp16(x), near the fp32 decode's 0.5 (which the
+// embedding, load8, keeps: it must equal the CPU reference exactly) at half
+// its instructions. What did not do: one fp16 scale, RN16(d sc) q - RN16(dmin
+// m), ~2x cheaper still, but the rounding of dmin m is 2^-12 of the
+// sub-block's range whatever x is, which near x = 0 is many ulps: GEMM
+// outputs went from ~4e-4 to 1.0e-3 relative L2 vs the CPU and the op test's
+// per-element bound failed (H200, 2026-12-04).
 namespace hd {
 // (lo half of a, lo half of b) and (hi of a, hi of b).
 QSP_HD inline uint32_t pack_lo2(uint32_t a, uint32_t b) {
@@ -475,6 +479,20 @@ QSP_HD inline uint32_t u8pair(uint32_t w) {
   return d2h(double((w >> (8 * B0)) & 0xffu)) | d2h(double((w >> (8 * B1)) & 0xffu)) << 16;
 #endif
 }
+QSP_HD inline uint32_t fadd2(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("add.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+#else
+  return host_f16x2(a, b, 0u, [](double x, double y, double) { return x + y; });
+#endif
+}
+// a * b split into hi = RN16(a b) and lo = RN16(a b - hi), per half.
+QSP_HD inline void mul2_split(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
+  hi = fmul2(a, b);
+  lo = ffma2(a, b, hi ^ 0x80008000u);
+}
 // Signed byte s of a and of b as an exact fp16 pair: (u ^ 0x80) = sc + 128
 // under exponent 0x64, minus 1152.
 QSP_HD inline uint32_t i8pair(uint32_t a, uint32_t b, int s) {
@@ -489,15 +507,28 @@ QSP_HD inline uint32_t i8pair(uint32_t a, uint32_t b, int s) {
 }
 }  // namespace hd
 
-// Q4_K / Q5_K, k step s (sub-block h = s >> 1 of the chunk): x = RN16(d sc)
-// q - RN16(dmin m), one fp16 fma per value (dq_q5_1 with qh = 0 for Q4_K).
-// side: the lane's four side words (kernels/qweight_kquant.h: sc / m bytes of
-// h = 0, 1 for rows g, g+8; (d, dmin) of row g, of row g+8).
+// Q4_K / Q5_K, k step s (sub-block h = s >> 1 of the chunk): x = d sc q -
+// dmin m with both products split in hi / lo fp16 (above). q: exact fp16
+// codes from q5_raw (qh = 0: Q4_K's 4-bit codes). side: the lane's four side
+// words (kernels/qweight_kquant.h: sc / m bytes of h = 0, 1 for rows g, g+8;
+// (d, dmin) of row g, of row g+8).
 QSP_HD inline void dq_kq_affine(uint32_t q, uint32_t qh, int s, const uint32_t (&side)[4], uint32_t (&f)[4]) {
+  constexpr uint32_t kSub = 0x64006400u;  // 1024, 1024
+  constexpr uint32_t kMul = 0x2c002c00u;  // 1/16, 1/16
+  constexpr uint32_t kAdd = 0xd400d400u;  // -64, -64
   const uint32_t sm = side[s >> 1];
-  const uint32_t ds = hd::fmul2(hd::u8pair<0, 2>(sm), hd::pack_lo2(side[2], side[3]));
-  const uint32_t nms = hd::fmul2(hd::u8pair<1, 3>(sm), hd::pack_hi2(side[2], side[3]) ^ 0x80008000u);
-  dq_q5_1(q, qh, s, ds, nms, f);
+  uint32_t ds_hi, ds_lo, nm_hi, nm_lo;
+  hd::mul2_split(hd::u8pair<0, 2>(sm), hd::pack_lo2(side[2], side[3]), ds_hi, ds_lo);
+  hd::mul2_split(hd::u8pair<1, 3>(sm), hd::pack_hi2(side[2], side[3]) ^ 0x80008000u, nm_hi, nm_lo);
+  uint32_t x[4];
+  q5_raw(q, qh, s, x);
+QSP_HD_UNROLL
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t t = (j & 1) ? hd::ffma2(x[j], kMul, kAdd) : hd::fsub2(x[j], kSub);  // q, exact
+    const bool lo = j < 2;  // row g (lo halves of the scale pairs) or g+8
+    const auto bc = [lo](uint32_t w) { return lo ? hd::bcast_lo(w) : hd::bcast_hi(w); };
+    f[j] = hd::fadd2(hd::ffma2(t, bc(ds_hi), bc(nm_hi)), hd::ffma2(t, bc(ds_lo), bc(nm_lo)));
+  }
 }
 
 // Q6_K's two high bits of (k step s, fragment half p, element e) in the
@@ -508,15 +539,16 @@ QSP_HD constexpr int q6h_bit(int s, int p, int e) { return 2 * (4 * (s & 1) + 2 
 
 // Q6_K, k step s: the codes q = nibble | high << 4 as exact fp16 under
 // exponent 0x64 (1024 + q, or 1024 + 16 q for the nibble at bit 4), minus
-// 1056 (or / 16 - 96): q - 32 exactly; times RN16(d * sc) once.
+// 1056 (or / 16 - 96): q - 32 exactly; then (q - 32) hi + RN16((q - 32) lo),
+// d * sc split as above: one rounding relative to x, plus one 2^-11 smaller.
 // qhw: the lane's high word of this step; sc: its int8 scales of rows g
 // (sc[0]) and g+8 (sc[1]), byte s; dw: (d_g, d_g8).
 QSP_HD inline void dq_q6_k(uint32_t q, uint32_t qhw, int s, const uint32_t (&sc)[2], uint32_t dw, uint32_t (&f)[4]) {
   constexpr uint32_t kExp = 0x64006400u, kSub = 0x64206420u;  // 1056, 1056
   constexpr uint32_t kMul = 0x2c002c00u;                       // 1/16, 1/16
   constexpr uint32_t kAdd = 0xd600d600u;                       // -96, -96
-  const uint32_t ds = hd::fmul2(hd::i8pair(sc[0], sc[1], s), dw);
-  const uint32_t d_lo = hd::bcast_lo(ds), d_hi = hd::bcast_hi(ds);
+  uint32_t ds_hi, ds_lo;
+  hd::mul2_split(hd::i8pair(sc[0], sc[1], s), dw, ds_hi, ds_lo);
 QSP_HD_UNROLL
   for (int j = 0; j < 4; ++j) {
     const int src = 2 * (4 * (s & 1) + j), dst = (j & 1) ? 8 : 4;
@@ -525,7 +557,9 @@ QSP_HD_UNROLL
     const uint32_t nmask = (j & 1) ? 0x00f000f0u : 0x000f000fu;
     const uint32_t x = ((j < 2 ? q : q >> 8) & nmask) | (hb & hmask) | kExp;
     const uint32_t t = (j & 1) ? hd::ffma2(x, kMul, kAdd) : hd::fsub2(x, kSub);
-    f[j] = hd::fmul2(t, j < 2 ? d_lo : d_hi);
+    const bool lo = j < 2;  // row g (lo halves of the scale pairs) or g+8
+    const uint32_t h = lo ? hd::bcast_lo(ds_hi) : hd::bcast_hi(ds_hi), l = lo ? hd::bcast_lo(ds_lo) : hd::bcast_hi(ds_lo);
+    f[j] = hd::ffma2(t, h, hd::fmul2(t, l));
   }
 }
 

@@ -45,7 +45,8 @@ static void test_globals(void) {
                               QSP_ERR_UNSUPPORTED,
                               QSP_ERR_INTERNAL,
                               QSP_ERR_IO,
-                              QSP_ERR_BAD_FORMAT};
+                              QSP_ERR_BAD_FORMAT,
+                              QSP_ERR_BUFFER_TOO_SMALL};
   const size_t n_codes = sizeof codes / sizeof codes[0];
   size_t i, j;
 
@@ -65,7 +66,7 @@ static void test_globals(void) {
     for (j = 0; j < i; ++j) EXPECT(strcmp(s, qsp_status_string(codes[j])) != 0);
   }
   EXPECT(strcmp(qsp_status_string(1), "unknown status") == 0);
-  EXPECT(strcmp(qsp_status_string(-17), "unknown status") == 0);
+  EXPECT(strcmp(qsp_status_string(-18), "unknown status") == 0);
   EXPECT(strcmp(qsp_status_string(-1000), "unknown status") == 0);
 
   /* dtypes. */

@@ -232,7 +232,12 @@ QSP_API qsp_status qsp_context_create_from_gguf(const char* path, const qsp_cont
  * Text is UTF-8, passed with its length (no NUL needed). Invalid UTF-8 is
  * tokenized as if each maximal invalid subpart were U+FFFD (what a reference
  * tokenizer sees after decoding the bytes with replacement); tokenize then
- * detokenize gives the text back byte for byte for valid UTF-8.
+ * detokenize gives the text back byte for byte for valid UTF-8 (without
+ * QSP_TOKENIZE_ADD_SPECIAL), with the reference tokenizers' own exceptions:
+ * "qwen2" gives the NFC form of the text (its normalizer); "llama" turns a
+ * literal U+2581 into a space and adds the dummy space after a special token.
+ * The pre-tokenizers' \s is Unicode's White_Space, as in the Rust tokenizers
+ * (JavaScript ports differ on U+0085 and U+FEFF).
  * Output buffers: every function that writes ids or text takes the buffer, its
  * capacity (in ids or bytes) and a pointer that receives the full length. When
  * the capacity is too small it returns QSP_ERR_BUFFER_TOO_SMALL with the
@@ -259,7 +264,9 @@ typedef struct qsp_text_stream qsp_text_stream;
                                          becomes that token; without this flag it is
                                          tokenized as plain text. User-defined tokens
                                          (token_type 4, e.g. Qwen3's "<think>") always
-                                         match, as in the reference tokenizers */
+                                         match, as in the reference tokenizers. Where
+                                         spellings overlap, the leftmost match wins,
+                                         then the longest */
 
 /* qsp_detokenize / qsp_token_piece / qsp_text_stream_create flags */
 #define QSP_DETOKENIZE_SKIP_SPECIAL 1u /* control tokens (BOS, EOS, <|im_end|>) give no text */
@@ -301,7 +308,8 @@ QSP_API qsp_status qsp_tokenizer_get_info(const qsp_tokenizer* t, qsp_tokenizer_
 /* text (text_len bytes; text may be NULL when text_len is 0) to token ids.
  * *n_ids receives the number of ids. Errors: INVALID_ARGUMENT (NULL t or
  * n_ids, NULL text with text_len > 0, NULL ids with capacity > 0, an unknown
- * flag), BUFFER_TOO_SMALL, OUT_OF_MEMORY. */
+ * flag, a text of 4 GiB or more, also after U+FFFD replacement and NFC),
+ * BUFFER_TOO_SMALL, OUT_OF_MEMORY. */
 QSP_API qsp_status qsp_tokenize(const qsp_tokenizer* t, const char* text, uint64_t text_len, uint32_t flags,
                                 int32_t* ids, uint64_t capacity, uint64_t* n_ids);
 

@@ -12,8 +12,8 @@
 // = 4.5; the 0.5 is d / dmin repeated in each of a super-block's 4 chunks,
 // which keeps every unit self-contained for the shared loaders).
 // The sub-block scales are decoded in the kernel. GEMM / GEMV fragments:
-// d*sc and dmin*m rounded to fp16, then one fp16 fma per value
-// (qw::dq_kq_affine, kernels/qweight.cuh: ~3x fewer instructions than fp32).
+// f16x2 arithmetic with d*sc and dmin*m split in two fp16 each
+// (qw::dq_kq_affine, kernels/qweight.cuh: half the fp32 decode's work).
 // The embedding (load8): d*sc and dmin*m in fp32 as the CPU reference
 // (src/formats/q4_K.cpp), x in fp32, bit for bit (qw::kq_affine_values).
 // K % 256 == 0.
@@ -125,7 +125,7 @@ struct WTraits<WFormat::kQ4_K> {
     ldg128_stream(r.q[0], r.q[1], r.q[2], r.q[3], w + unit * kUnit + lane * 16);
     ldg128_stream(r.side[0], r.side[1], r.side[2], r.side[3], w + soff + unit * kScaleUnit + (lane >> 2) * 16);
   }
-  // The GEMM / GEMV fragments: the scales folded into fp16 (qw::dq_kq_affine).
+  // The GEMM / GEMV fragments, in f16x2 arithmetic (qw::dq_kq_affine).
   QSP_HD static void frags(const Raw& r, int s, uint32_t (&f)[4]) { qw::dq_kq_affine(r.q[s], 0u, s, r.side, f); }
 
   // ---- wgmma GEMM -------------------------------------------------------------------------

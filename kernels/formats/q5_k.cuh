@@ -15,7 +15,7 @@
 // 768 bytes per 1024 weights = 6.0 bits per weight (GGUF Q5_K: 176 per 256
 // = 5.5; the 0.5 is d / dmin repeated in each of a super-block's 4 chunks).
 // The sub-block scales are decoded in the kernel: for GEMM / GEMV
-// fragments folded into fp16 as Q4_K's (qw::dq_kq_affine); for the embedding
+// fragments in f16x2 arithmetic as Q4_K's (qw::dq_kq_affine); for the embedding
 // in fp32 as the CPU reference (src/formats/q5_K.cpp, qw::kq_affine_values).
 // K % 256 == 0.
 // The traits contract is listed in kernels/qweight.cuh.
@@ -146,7 +146,7 @@ struct WTraits<WFormat::kQ5_K> {
     ldg32_stream(r.qh, w + unit * kUnit + qw::kQ5KHighBytes + lane * 4);
     ldg128_stream(r.side[0], r.side[1], r.side[2], r.side[3], w + soff + unit * kScaleUnit + (lane >> 2) * 16);
   }
-  // The GEMM / GEMV fragments: the scales folded into fp16 (qw::dq_kq_affine).
+  // The GEMM / GEMV fragments, in f16x2 arithmetic (qw::dq_kq_affine).
   QSP_HD static void frags(const Raw& r, int s, uint32_t (&f)[4]) { qw::dq_kq_affine(r.q[s], r.qh, s, r.side, f); }
 
   // ---- wgmma GEMM -------------------------------------------------------------------------

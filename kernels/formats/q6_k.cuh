@@ -13,7 +13,7 @@
 // 864 bytes per 1024 weights = 6.75 bits per weight (GGUF Q6_K: 210 per 256
 // = 6.5625; the extra is d repeated in each of a super-block's 4 chunks).
 // The sub-block scales are decoded in the kernel. GEMM / GEMV fragments:
-// RN16(d*sc), then one fp16 multiply of the exact q - 32 (qw::dq_q6_k). The
+// d*sc split in two fp16, times the exact q - 32 in f16x2 (qw::dq_q6_k). The
 // embedding: d*sc in fp32, then (d*sc)*(q - 32) in fp32 in the CPU
 // reference's order (src/formats/q6_K.cpp; d*sc is exact, so the product is
 // the one rounding), bit for bit. K % 256 == 0. The traits contract is listed in
@@ -148,7 +148,7 @@ struct WTraits<WFormat::kQ6_K> {
     ldg64_stream(r.sc[0], r.sc[1], side + (lane >> 2) * 8);
     ldg32_stream(r.d, side + 64 + (lane >> 2) * 4);
   }
-  // The GEMM / GEMV fragments: d*sc folded into fp16 (qw::dq_q6_k).
+  // The GEMM / GEMV fragments, in f16x2 arithmetic (qw::dq_q6_k).
   QSP_HD static void frags(const Raw& r, int s, uint32_t (&f)[4]) { qw::dq_q6_k(r.q[s], r.qh[s >> 1], s, r.sc, r.d, f); }
 
   // ---- wgmma GEMM -------------------------------------------------------------------------

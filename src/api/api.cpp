@@ -103,6 +103,7 @@ const char* qsp_status_string(qsp_status s) {
     case QSP_ERR_INTERNAL: return "internal error";
     case QSP_ERR_IO: return "I/O error";
     case QSP_ERR_BAD_FORMAT: return "bad file format";
+    case QSP_ERR_BUFFER_TOO_SMALL: return "buffer too small";
     default: return "unknown status";
   }
 }

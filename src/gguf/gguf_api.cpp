@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "engine/slots.h"
+#include "gguf/gguf_api_internal.h"
 #include "gguf/gguf_format.h"
 #include "gguf/gguf_reader.h"
 #include "qsp/qsp.h"
@@ -160,6 +161,9 @@ qsp_status open_file(const char* path, qsp_gguf** out) {
 }
 
 }  // namespace
+
+const File* qsp::gguf::file_of(const qsp_gguf* g) { return g->file.get(); }
+qsp_status qsp::gguf::set_last_error(qsp_status st, const char* msg) { return set_error(st, msg); }
 
 extern "C" {
 

@@ -3,6 +3,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 
 #include "gguf/gguf_format.h"
 
@@ -402,6 +403,106 @@ bool File::get_array_count(const std::string& key, uint64_t* out) const {
     fail(QSP_ERR_BAD_FORMAT, "metadata key %s has type %s; expected an array", printable(key).c_str(),
          value_type_name(kv->type));
   *out = kv->array_count;
+  return true;
+}
+
+bool File::get_bool(const std::string& key, bool* out) const {
+  const KeyValue* kv = find_kv(key);
+  if (!kv) return false;
+  if (kv->type == kBool) {
+    *out = data_[kv->offset] != 0;
+    return true;
+  }
+  if (kv->type == kFloat32 || kv->type == kFloat64 || kv->type == kString || kv->type == kArray)
+    fail(QSP_ERR_BAD_FORMAT, "metadata key %s has type %s; expected a bool", printable(key).c_str(),
+         value_type_name(kv->type));
+  uint64_t u = 0;
+  get_uint(key, &u);
+  *out = u != 0;
+  return true;
+}
+
+namespace {
+// The array key `key` with elements of one of `ok` types (a list ending in
+// kValueTypeCount); returns nullptr when absent.
+const KeyValue* array_kv(const File& f, const std::string& key, std::initializer_list<uint32_t> ok,
+                         const char* expected) {
+  const KeyValue* kv = f.find_kv(key);
+  if (!kv) return nullptr;
+  if (kv->type != kArray)
+    fail(QSP_ERR_BAD_FORMAT, "metadata key %s has type %s; expected an array of %s", printable(key).c_str(),
+         value_type_name(kv->type), expected);
+  for (uint32_t t : ok)
+    if (kv->array_type == t) return kv;
+  fail(QSP_ERR_BAD_FORMAT, "metadata key %s is an array of %s; expected an array of %s", printable(key).c_str(),
+       value_type_name(kv->array_type), expected);
+}
+}  // namespace
+
+// Array values were bounds-checked by parse() (skip_array): element reads need
+// no more checks. Array data starts after the element type (4) and count (8).
+bool File::get_string_array(const std::string& key, std::vector<std::string>* out) const {
+  const KeyValue* kv = array_kv(*this, key, {kString}, "strings");
+  if (!kv) return false;
+  out->clear();
+  out->reserve(size_t(kv->array_count));
+  uint64_t pos = kv->offset + 12;
+  for (uint64_t i = 0; i < kv->array_count; ++i) {
+    uint64_t len;
+    std::memcpy(&len, data_ + pos, 8);
+    out->emplace_back(reinterpret_cast<const char*>(data_ + pos + 8), size_t(len));
+    pos += 8 + len;
+  }
+  return true;
+}
+
+bool File::get_int_array(const std::string& key, std::vector<int64_t>* out) const {
+  const KeyValue* kv =
+      array_kv(*this, key, {kUint8, kInt8, kUint16, kInt16, kUint32, kInt32, kUint64, kInt64, kBool}, "integers");
+  if (!kv) return false;
+  out->clear();
+  out->resize(size_t(kv->array_count));
+  const uint8_t* p = data_ + kv->offset + 12;
+  const uint32_t sz = scalar_size(kv->array_type);
+  for (uint64_t i = 0; i < kv->array_count; ++i, p += sz) {
+    int64_t v = 0;
+    switch (kv->array_type) {
+      case kUint8: case kBool: v = p[0]; break;
+      case kInt8: { int8_t x; std::memcpy(&x, p, 1); v = x; break; }
+      case kUint16: { uint16_t x; std::memcpy(&x, p, 2); v = x; break; }
+      case kInt16: { int16_t x; std::memcpy(&x, p, 2); v = x; break; }
+      case kUint32: { uint32_t x; std::memcpy(&x, p, 4); v = x; break; }
+      case kInt32: { int32_t x; std::memcpy(&x, p, 4); v = x; break; }
+      case kInt64: std::memcpy(&v, p, 8); break;
+      default: {
+        uint64_t x;
+        std::memcpy(&x, p, 8);
+        if (x > uint64_t(INT64_MAX))
+          fail(QSP_ERR_BAD_FORMAT, "metadata key %s: element %llu = %llu does not fit an int64",
+               printable(key).c_str(), ull(i), ull(x));
+        v = int64_t(x);
+      }
+    }
+    (*out)[size_t(i)] = v;
+  }
+  return true;
+}
+
+bool File::get_float_array(const std::string& key, std::vector<float>* out) const {
+  const KeyValue* kv = array_kv(*this, key, {kFloat32, kFloat64}, "floats");
+  if (!kv) return false;
+  out->clear();
+  out->resize(size_t(kv->array_count));
+  const uint8_t* p = data_ + kv->offset + 12;
+  for (uint64_t i = 0; i < kv->array_count; ++i) {
+    if (kv->array_type == kFloat32) {
+      std::memcpy(&(*out)[size_t(i)], p + 4 * i, 4);
+    } else {
+      double d;
+      std::memcpy(&d, p + 8 * i, 8);
+      (*out)[size_t(i)] = float(d);
+    }
+  }
   return true;
 }
 

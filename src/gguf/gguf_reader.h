@@ -80,6 +80,14 @@ class File {
   bool get_float(const std::string& key, double* out) const;    // f32, f64 or an integer
   bool get_string(const std::string& key, std::string* out) const;
   bool get_array_count(const std::string& key, uint64_t* out) const;
+  bool get_bool(const std::string& key, bool* out) const;  // bool or an integer (0 / not 0)
+  // Arrays, element by element (the parser bounded their counts by the file
+  // size): strings; any integer type (as int64; u64 values above INT64_MAX
+  // are BAD_FORMAT); f32 or f64 (as float). A key of another type or an array
+  // of other elements is BAD_FORMAT.
+  bool get_string_array(const std::string& key, std::vector<std::string>* out) const;
+  bool get_int_array(const std::string& key, std::vector<int64_t>* out) const;
+  bool get_float_array(const std::string& key, std::vector<float>* out) const;
   bool try_uint(const std::string& key, uint64_t* out) const;
   bool try_float(const std::string& key, double* out) const;
   bool try_string(const std::string& key, std::string* out) const;
