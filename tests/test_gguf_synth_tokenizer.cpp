@@ -1,7 +1,8 @@
 // qsp synth --tokenizer: a Hugging Face tokenizer.json's vocabulary in the
 // tokenizer.ggml.* keys as llama.cpp's converter writes them (hf_tokenizer.h,
 // docs/GGUF.md "Tokenizer keys"), on the small tokenizers of
-// tests/data/tokenizer/ and on files written here for the edge and error cases.
+// tests/data/tokenizer/ and on files written here for the edge and error cases;
+// the library's tokenizer reads what synth wrote.
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -273,4 +274,61 @@ TEST_CASE("synth tokenizer: errors name the file and the problem") {
   CHECK_THROWS_WITH(hf_pre_tokenizer_name(R"({"type": "Split", "pattern": {"Regex": 1}})"), Catch::Contains("Regex"));
   CHECK_THAT(load_error(write_dir("badconfig", tokenizer_json(qwen_pre()), "{nope")),
              Catch::Contains("tokenizer_config.json") && Catch::Contains("not valid JSON"));
+}
+
+TEST_CASE("synth tokenizer: the library tokenizes with what synth wrote") {
+  struct Tok {
+    qsp_tokenizer* t = nullptr;
+    ~Tok() { qsp_tokenizer_destroy(t); }
+  };
+  auto tokenize = [](const qsp_tokenizer* t, const std::string& s, uint32_t flags) {
+    std::vector<int32_t> ids(s.size() + 4);
+    uint64_t n = 0;
+    REQUIRE(qsp_tokenize(t, s.data(), s.size(), flags, ids.data(), ids.size(), &n) == QSP_OK);
+    ids.resize(size_t(n));
+    return ids;
+  };
+  {
+    const Bytes b = synth_with(load_hf_tokenizer(kData + "qwen3-mini/tokenizer.json"), true);
+    auto o = gguf_test::open_mem(b);
+    REQUIRE(o->st == QSP_OK);
+    Tok t;
+    REQUIRE(qsp_tokenizer_create(o->g, &t.t) == QSP_OK);
+    qsp_tokenizer_info info;
+    qsp_tokenizer_info_init(&info);
+    REQUIRE(qsp_tokenizer_get_info(t.t, &info) == QSP_OK);
+    CHECK(info.kind == QSP_TOKENIZER_BPE);
+    CHECK(info.n_vocab == 26);
+    CHECK(std::string(info.pre) == "qwen2");
+    CHECK(info.bos_id == -1);
+    CHECK(info.eos_id == 22);
+    CHECK(info.eot_id == 22);
+    CHECK(info.add_bos == 0);
+    CHECK(std::string(info.chat_template).find("<|im_start|>") != std::string::npos);
+    CHECK(tokenize(t.t, "hello world", 0) == std::vector<int32_t>{13, 18});
+    CHECK(tokenize(t.t, "hello world", QSP_TOKENIZE_ADD_SPECIAL) == std::vector<int32_t>{13, 18});
+    CHECK(tokenize(t.t, "<|im_start|>hello<|im_end|>", QSP_TOKENIZE_PARSE_SPECIAL) ==
+          std::vector<int32_t>{21, 13, 22});
+    CHECK(tokenize(t.t, "<think>hello</think>", 0) == std::vector<int32_t>{24, 13, 25});  // user-defined: always
+    const int32_t ids[] = {13, 18};
+    char buf[32];
+    uint64_t len = 0;
+    REQUIRE(qsp_detokenize(t.t, ids, 2, 0, buf, sizeof buf, &len) == QSP_OK);
+    CHECK(std::string(buf, size_t(len)) == "hello world");
+  }
+  {
+    const Bytes b = synth_with(load_hf_tokenizer(kData + "llama3-mini/tokenizer.json"), true);
+    auto o = gguf_test::open_mem(b);
+    REQUIRE(o->st == QSP_OK);
+    Tok t;
+    REQUIRE(qsp_tokenizer_create(o->g, &t.t) == QSP_OK);
+    qsp_tokenizer_info info;
+    qsp_tokenizer_info_init(&info);
+    REQUIRE(qsp_tokenizer_get_info(t.t, &info) == QSP_OK);
+    CHECK(std::string(info.pre) == "llama-bpe");
+    CHECK(info.bos_id == 19);
+    CHECK(info.add_bos == 1);
+    CHECK(info.eot_id == 21);
+    CHECK(tokenize(t.t, "hello world", QSP_TOKENIZE_ADD_SPECIAL) == std::vector<int32_t>{19, 13, 18});
+  }
 }
