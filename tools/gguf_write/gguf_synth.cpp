@@ -247,8 +247,13 @@ std::vector<uint8_t> synth_tensor_bytes(const SynthTensor& t) {
   return b;
 }
 
-Writer synth_writer(const SynthPreset& p, const SynthType& st, uint64_t seed, std::vector<SynthTensor>* tensors) {
+Writer synth_writer(const SynthPreset& p, const SynthType& st, uint64_t seed, std::vector<SynthTensor>* tensors,
+                    const SynthExtras& extras) {
   const int32_t wtype = st.base;
+  const TokenizerKeys* tok = extras.tokenizer;
+  if (tok && tok->tokens.size() != p.vocab)
+    throw std::invalid_argument("synth: the tokenizer has " + std::to_string(tok->tokens.size()) +
+                                " tokens, the preset's vocabulary " + std::to_string(p.vocab));
   Writer w(kDefaultAlignment, 3);
   const std::string& a = p.arch;
   // llama.cpp's LLAMA_FTYPE_* of a file whose matrices are all of one type
@@ -277,9 +282,12 @@ Writer synth_writer(const SynthPreset& p, const SynthType& st, uint64_t seed, st
       if (f.file_type == st.file_type) what = std::string(f.name) + " mix";
   }
   w.add_string("general.architecture", a);
-  w.add_string("general.name", "qsp synth " + p.name + " (" + what + ", seed " + std::to_string(seed) + ")");
+  if (extras.vocab_only)
+    w.add_string("general.name", "qsp synth " + p.name + " (vocabulary only" + (tok ? ", " + tok->pre : "") + ")");
+  else
+    w.add_string("general.name", "qsp synth " + p.name + " (" + what + ", seed " + std::to_string(seed) + ")");
   w.add_u32("general.alignment", kDefaultAlignment);
-  if (file_type >= 0) w.add_u32("general.file_type", uint32_t(file_type));
+  if (file_type >= 0 && !extras.vocab_only) w.add_u32("general.file_type", uint32_t(file_type));
   w.add_u32("general.quantization_version", 2);
   w.add_u32(a + ".block_count", p.n_layers);
   w.add_u32(a + ".context_length", p.context_length);
@@ -293,8 +301,12 @@ Writer synth_writer(const SynthPreset& p, const SynthType& st, uint64_t seed, st
   w.add_f32(a + ".rope.freq_base", p.rope_theta);
   w.add_f32(a + ".attention.layer_norm_rms_epsilon", p.rms_eps);
   w.add_u32(a + ".vocab_size", p.vocab);
-  w.add_string("tokenizer.ggml.model", "none");
-  std::vector<SynthTensor> ts = synth_tensors(p, st, seed);
+  if (tok)
+    add_tokenizer_keys(w, *tok);
+  else
+    w.add_string("tokenizer.ggml.model", "none");
+  std::vector<SynthTensor> ts;
+  if (!extras.vocab_only) ts = synth_tensors(p, st, seed);
   for (const SynthTensor& t : ts) {
     if (t.vector)
       w.add_tensor(t.name, t.type, {t.cols});
@@ -305,17 +317,18 @@ Writer synth_writer(const SynthPreset& p, const SynthType& st, uint64_t seed, st
   return w;
 }
 
-std::vector<uint8_t> synth_memory(const SynthPreset& p, const SynthType& wtype, uint64_t seed, int n_threads) {
+std::vector<uint8_t> synth_memory(const SynthPreset& p, const SynthType& wtype, uint64_t seed, int n_threads,
+                                  const SynthExtras& extras) {
   std::vector<SynthTensor> ts;
-  Writer w = synth_writer(p, wtype, seed, &ts);
+  Writer w = synth_writer(p, wtype, seed, &ts, extras);
   return w.write_memory([&](size_t i, uint64_t r0, uint64_t r1, uint8_t* dst) { synth_rows(ts[i], r0, r1, dst); },
                         n_threads);
 }
 
 void synth_file(const std::string& path, const SynthPreset& p, const SynthType& wtype, uint64_t seed, int n_threads,
-                const Writer::Progress& progress) {
+                const Writer::Progress& progress, const SynthExtras& extras) {
   std::vector<SynthTensor> ts;
-  Writer w = synth_writer(p, wtype, seed, &ts);
+  Writer w = synth_writer(p, wtype, seed, &ts, extras);
   w.write_file(
       path, [&](size_t i, uint64_t r0, uint64_t r1, uint8_t* dst) { synth_rows(ts[i], r0, r1, dst); }, n_threads,
       progress);

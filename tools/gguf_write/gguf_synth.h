@@ -2,7 +2,8 @@
 // libqsp: `qsp synth`, the CLI's built-in model, tests, fuzz corpus):
 // deterministic random weights of realistic scale in the shapes and GGUF
 // naming of real architectures, with no tokenizer
-// (tokenizer.ggml.model = "none" and <arch>.vocab_size).
+// (tokenizer.ggml.model = "none" and <arch>.vocab_size) unless a Hugging Face
+// tokenizer.json's vocabulary is given (SynthExtras, hf_tokenizer.h).
 //
 // Scales: projections ~ N(0, 0.6 / sqrt(fan_in)), the LM head ~ N(0, 2 /
 // sqrt(hidden)), embeddings ~ N(0, 0.05), norm weights ~ N(1, 0.2) in f32;
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "gguf_write/gguf_writer.h"
+#include "gguf_write/hf_tokenizer.h"
 
 namespace qsp {
 namespace gguf {
@@ -84,15 +86,27 @@ void synth_rows(const SynthTensor& t, uint64_t r0, uint64_t r1, uint8_t* dst);
 // The whole tensor (rows * row bytes).
 std::vector<uint8_t> synth_tensor_bytes(const SynthTensor& t);
 
+// What else a synthesized file carries: a tokenizer (`qsp synth
+// --tokenizer`: its keys replace tokenizer.ggml.model = "none"; the preset's
+// vocab must equal its token count), and whether the file is vocabulary-only
+// (the metadata without tensors, as llama.cpp's --vocab-only files).
+struct SynthExtras {
+  const TokenizerKeys* tokenizer = nullptr;
+  bool vocab_only = false;
+};
+
 // The writer with all metadata and tensor infos of the preset; `tensors`
-// receives synth_tensors() (same order as the writer's).
-Writer synth_writer(const SynthPreset& p, const SynthType& wtype, uint64_t seed, std::vector<SynthTensor>* tensors);
+// receives synth_tensors() (same order as the writer's; empty when vocab-only).
+// Throws std::invalid_argument when the tokenizer's size is not p.vocab.
+Writer synth_writer(const SynthPreset& p, const SynthType& wtype, uint64_t seed, std::vector<SynthTensor>* tensors,
+                    const SynthExtras& extras = {});
 
 // A whole synthetic GGUF file in memory (small presets).
-std::vector<uint8_t> synth_memory(const SynthPreset& p, const SynthType& wtype, uint64_t seed, int n_threads = 1);
+std::vector<uint8_t> synth_memory(const SynthPreset& p, const SynthType& wtype, uint64_t seed, int n_threads = 1,
+                                  const SynthExtras& extras = {});
 // Streams a synthetic GGUF file to disk. Throws std::runtime_error on I/O errors.
 void synth_file(const std::string& path, const SynthPreset& p, const SynthType& wtype, uint64_t seed, int n_threads,
-                const Writer::Progress& progress = nullptr);
+                const Writer::Progress& progress = nullptr, const SynthExtras& extras = {});
 
 }  // namespace gguf
 }  // namespace qsp

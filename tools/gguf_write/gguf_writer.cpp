@@ -65,6 +65,13 @@ void Writer::add_f32_array(const std::string& k, const std::vector<float>& v) {
   for (float x : v) put(kv_, x);
 }
 
+void Writer::add_i32_array(const std::string& k, const std::vector<int32_t>& v) {
+  key(k, kArray);
+  put<uint32_t>(kv_, kInt32);
+  put<uint64_t>(kv_, v.size());
+  for (int32_t x : v) put(kv_, x);
+}
+
 void Writer::add_raw(const std::string& k, uint32_t type, const std::vector<uint8_t>& value) {
   key(k, type);
   kv_.insert(kv_.end(), value.begin(), value.end());

@@ -29,6 +29,7 @@ class Writer {
   void add_string(const std::string& key, const std::string& v);
   void add_string_array(const std::string& key, const std::vector<std::string>& v);
   void add_f32_array(const std::string& key, const std::vector<float>& v);
+  void add_i32_array(const std::string& key, const std::vector<int32_t>& v);
   // A pre-encoded value of `type` (tests: any bytes at all).
   void add_raw(const std::string& key, uint32_t type, const std::vector<uint8_t>& value);
 

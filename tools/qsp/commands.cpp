@@ -335,15 +335,20 @@ int cmd_synth(const std::vector<std::string>& argv) {
                                    {"--type", nullptr, true},
                                    {"--seed", "-s", true},
                                    {"--threads", "-t", true},
+                                   {"--tokenizer", nullptr, true},
+                                   {"--vocab-size", nullptr, true},
+                                   {"--vocab-only", nullptr, false},
                                    {"--force", "-f", false},
                                    {"--help", "-h", false}});
   if (a.has("--help")) {
     std::printf(
         "usage: qsp synth --preset NAME [--type TYPE] [--seed S] OUT.gguf\n"
+        "       qsp synth --tokenizer tokenizer.json [--preset NAME] [--vocab-only] OUT.gguf\n"
         "Writes a GGUF v3 file with deterministic random weights of realistic scale in\n"
         "the shapes and tensor names of a real architecture (no tokenizer:\n"
-        "tokenizer.ggml.model = \"none\" and <arch>.vocab_size). Large presets stream to\n"
-        "disk. The same preset, type and seed give the same bytes.\n"
+        "tokenizer.ggml.model = \"none\" and <arch>.vocab_size, unless --tokenizer gives\n"
+        "one). Large presets stream to disk. The same preset, type, seed and tokenizer\n"
+        "give the same bytes.\n"
         "  -p, --preset NAME  one of:\n");
     for (const auto& p : qsp::gguf::synth_presets())
       std::printf("                       %-12s %s\n", p.name.c_str(), p.about.c_str());
@@ -361,13 +366,28 @@ int cmd_synth(const std::vector<std::string>& argv) {
     std::printf(
         "  -s, --seed S       seed (default 1)\n"
         "  -t, --threads N    generator threads (default: one per core)\n"
+        "  --tokenizer FILE   a Hugging Face tokenizer.json (byte-level BPE: Qwen2/Qwen3,\n"
+        "                     Llama 3, GPT-2): its vocabulary, merges and special tokens\n"
+        "                     become the tokenizer.ggml.* keys as llama.cpp's converter\n"
+        "                     writes them (tokenizer_config.json next to it is read too;\n"
+        "                     docs/GGUF.md says what is written). The vocabulary size\n"
+        "                     follows the tokenizer. Without --preset: tiny-llama for a\n"
+        "                     Llama 3 tokenizer, tiny otherwise\n"
+        "  --vocab-size N     pad the vocabulary with [PAD<id>] tokens up to N (as a\n"
+        "                     model's config.json vocab_size does; Qwen3: 151936)\n"
+        "  --vocab-only       write the metadata and the tokenizer, no tensors (as\n"
+        "                     llama.cpp's --vocab-only files); needs --tokenizer\n"
         "  -f, --force        overwrite OUT if it exists\n"
         "  -h, --help         show this help\n");
     return 0;
   }
-  if (!a.has("--preset")) throw UsageError("synth needs --preset (see 'qsp synth --help')");
-  const qsp::gguf::SynthPreset* p = qsp::gguf::find_synth_preset(a.get("--preset"));
-  if (!p) {
+  if (a.has("--vocab-only") && !a.has("--tokenizer"))
+    throw UsageError("--vocab-only needs --tokenizer (see 'qsp synth --help')");
+  if (a.has("--vocab-size") && !a.has("--tokenizer"))
+    throw UsageError("--vocab-size needs --tokenizer (see 'qsp synth --help')");
+  if (!a.has("--preset") && !a.has("--tokenizer"))
+    throw UsageError("synth needs --preset (see 'qsp synth --help')");
+  if (a.has("--preset") && !qsp::gguf::find_synth_preset(a.get("--preset"))) {
     std::string names;
     for (const auto& q : qsp::gguf::synth_presets()) names += (names.empty() ? "" : ", ") + q.name;
     throw UsageError("unknown preset '" + a.get("--preset") + "' (presets: " + names + ")");
@@ -377,24 +397,50 @@ int cmd_synth(const std::vector<std::string>& argv) {
   const uint64_t seed = a.has("--seed") ? parse_uint("--seed", a.get("--seed"), 0, UINT64_MAX) : 1;
   int threads = a.has("--threads") ? int(parse_uint("--threads", a.get("--threads"), 0, 4096)) : 0;
   if (threads == 0) threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  const uint32_t vocab_size =
+      a.has("--vocab-size") ? uint32_t(parse_uint("--vocab-size", a.get("--vocab-size"), 1, INT32_MAX)) : 0;
   if (a.positional.size() != 1)
     throw UsageError("synth needs exactly one output file (see 'qsp synth --help')");
   const std::string out = a.positional[0];
   struct stat sb;
   if (!a.has("--force") && stat(out.c_str(), &sb) == 0)
     throw RuntimeError(out + " exists (use --force to overwrite)");
+  qsp::gguf::TokenizerKeys tok;
+  qsp::gguf::SynthExtras extras;
+  if (a.has("--tokenizer")) {
+    try {
+      tok = qsp::gguf::load_hf_tokenizer(a.get("--tokenizer"), vocab_size);
+    } catch (const std::exception& err) {  // unreadable, not JSON, a tokenizer qsp cannot write
+      throw RuntimeError(err.what());
+    }
+    extras.tokenizer = &tok;
+    extras.vocab_only = a.has("--vocab-only");
+  }
+  std::string preset_name = a.get("--preset", tok.pre == "llama-bpe" ? "tiny-llama" : "tiny");
+  qsp::gguf::SynthPreset preset = *qsp::gguf::find_synth_preset(preset_name);
+  if (extras.tokenizer) preset.vocab = uint32_t(tok.tokens.size());
   ProgressBar bar("writing " + out, 32ull << 20);
   const double t0 = now_seconds();
   try {
-    qsp::gguf::synth_file(out, *p, wtype, seed, threads, [&](uint64_t d, uint64_t t) { bar.update(d, t); });
+    qsp::gguf::synth_file(out, preset, wtype, seed, threads, [&](uint64_t d, uint64_t t) { bar.update(d, t); },
+                          extras);
   } catch (const std::exception& err) {  // I/O, or a type whose block does not divide the preset's shapes
     bar.finish();
     throw RuntimeError(err.what());
   }
   bar.finish();
   if (stat(out.c_str(), &sb) != 0) throw RuntimeError("cannot stat " + out + " after writing it");
-  std::printf("wrote %s: preset %s (%s), %s, seed %" PRIu64 ", %s in %.1f s\n", out.c_str(), p->name.c_str(),
-              p->arch.c_str(),
+  if (extras.tokenizer)
+    std::printf("tokenizer: %s, pre %s: %zu tokens (%u added), %zu merges%s\n", a.get("--tokenizer").c_str(),
+                tok.pre.c_str(), tok.tokens.size(), tok.n_added, tok.merges.size(),
+                tok.had_config ? ", with tokenizer_config.json" : "");
+  if (extras.vocab_only) {
+    std::printf("wrote %s: vocabulary only (%s), %s in %.1f s\n", out.c_str(), preset.arch.c_str(),
+                human_bytes(uint64_t(sb.st_size)).c_str(), now_seconds() - t0);
+    return 0;
+  }
+  std::printf("wrote %s: preset %s (%s), %s, seed %" PRIu64 ", %s in %.1f s\n", out.c_str(), preset.name.c_str(),
+              preset.arch.c_str(),
               wtype.mix() ? (qsp::gguf::find_synth_file_type(type_arg)->name + std::string(" mix")).c_str()
                           : qsp_dtype_name(wtype.base),
               seed, human_bytes(uint64_t(sb.st_size)).c_str(),
