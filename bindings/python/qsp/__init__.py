@@ -78,6 +78,7 @@ class Status(enum.IntEnum):
     INTERNAL = -14
     IO = -15
     BAD_FORMAT = -16
+    BUFFER_TOO_SMALL = -17
 
 
 class DType(enum.IntEnum):
