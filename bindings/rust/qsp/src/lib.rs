@@ -37,6 +37,8 @@
 
 mod gguf;
 pub use gguf::{gguf_type_name, ExecOptions, GgufInfo, ModelFile, TensorInfo};
+mod tokenizer;
+pub use tokenizer::{TextStream, Tokenizer, TokenizerInfo, TOKENIZER_VERSION};
 
 use std::ffi::CStr;
 use std::fmt;
