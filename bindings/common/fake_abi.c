@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "qsp/qsp.h"
+#include "qsp/qsp_gguf.h"
 
 #define FAIL return QSP_ERR_UNSUPPORTED
 
@@ -47,3 +48,26 @@ qsp_status qsp_greedy_token(qsp_context* c, int32_t* t) { (void)c; (void)t; FAIL
 qsp_status qsp_kv_length(const qsp_context* c, uint32_t* n) { (void)c; (void)n; FAIL; }
 qsp_status qsp_kv_clear(qsp_context* c) { (void)c; FAIL; }
 qsp_status qsp_kv_truncate(qsp_context* c, uint32_t n) { (void)c; (void)n; FAIL; }
+
+/* The tokenizer (1.2): the node QSP_1.2 that programs linked against 1.2 need. */
+void qsp_tokenizer_info_init(qsp_tokenizer_info* i) { (void)i; }
+qsp_status qsp_tokenizer_create(const qsp_gguf* g, qsp_tokenizer** o) { (void)g; if (o) *o = NULL; FAIL; }
+void qsp_tokenizer_destroy(qsp_tokenizer* t) { (void)t; }
+qsp_status qsp_tokenizer_get_info(const qsp_tokenizer* t, qsp_tokenizer_info* i) { (void)t; (void)i; FAIL; }
+qsp_status qsp_tokenize(const qsp_tokenizer* t, const char* s, uint64_t n, uint32_t f, int32_t* ids, uint64_t c,
+                        uint64_t* o) { (void)t; (void)s; (void)n; (void)f; (void)ids; (void)c; (void)o; FAIL; }
+qsp_status qsp_token_piece(const qsp_tokenizer* t, int32_t id, uint32_t f, char* b, uint64_t c, uint64_t* o) {
+  (void)t; (void)id; (void)f; (void)b; (void)c; (void)o; FAIL;
+}
+qsp_status qsp_detokenize(const qsp_tokenizer* t, const int32_t* ids, uint64_t n, uint32_t f, char* b, uint64_t c,
+                          uint64_t* o) { (void)t; (void)ids; (void)n; (void)f; (void)b; (void)c; (void)o; FAIL; }
+qsp_status qsp_text_stream_create(const qsp_tokenizer* t, uint32_t f, qsp_text_stream** o) {
+  (void)t; (void)f; if (o) *o = NULL; FAIL;
+}
+void qsp_text_stream_destroy(qsp_text_stream* s) { (void)s; }
+qsp_status qsp_text_stream_push(qsp_text_stream* s, int32_t id, char* b, uint64_t c, uint64_t* o) {
+  (void)s; (void)id; (void)b; (void)c; (void)o; FAIL;
+}
+qsp_status qsp_text_stream_flush(qsp_text_stream* s, char* b, uint64_t c, uint64_t* o) {
+  (void)s; (void)b; (void)c; (void)o; FAIL;
+}

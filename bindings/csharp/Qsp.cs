@@ -41,6 +41,7 @@ namespace Qsp
         Internal = -14,
         IO = -15,
         BadFormat = -16,
+        BufferTooSmall = -17,
     }
 
     /// <summary>Tensor element types (GGML type ids), one per QSP_DTYPE_* of
@@ -105,6 +106,7 @@ namespace Qsp
                 case Status.Internal: return "internal error";
                 case Status.IO: return "I/O error";
                 case Status.BadFormat: return "bad file format";
+                case Status.BufferTooSmall: return "buffer too small";
                 default: return "unknown status";
             }
         }

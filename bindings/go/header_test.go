@@ -169,7 +169,7 @@ func TestLibraryNamesAndSizesEveryDType(t *testing.T) {
 			t.Errorf("qsp_dtype_size(%s, 1, 256) = 0", name)
 		}
 	}
-	for _, s := range []Status{StatusOK - 1, StatusBadFormat} {
+	for _, s := range []Status{StatusOK - 1, StatusBadFormat, StatusBufferTooSmall} {
 		if StatusString(int32(s)) != s.String() {
 			t.Errorf("status %d: %q vs %q", s, StatusString(int32(s)), s.String())
 		}

@@ -108,6 +108,7 @@ const (
 	StatusInternal          Status = -14
 	StatusIO                Status = -15
 	StatusBadFormat         Status = -16
+	StatusBufferTooSmall    Status = -17 // 1.2
 )
 
 // String is the library's description ("out of range"), from this package's
@@ -149,6 +150,8 @@ func (s Status) String() string {
 		return "I/O error"
 	case StatusBadFormat:
 		return "bad file format"
+	case StatusBufferTooSmall:
+		return "buffer too small"
 	}
 	return "unknown status"
 }

@@ -396,6 +396,11 @@ static partial class Tests
         Run("GgufBadFiles", GgufBadFiles);
         Run("GgufThrowingProgressIsRethrownAndLeavesNothing", GgufThrowingProgressIsRethrownAndLeavesNothing);
         Run("GgufFilesAndContextsLeakNothing", GgufFilesAndContextsLeakNothing);
+        Run("TokenizerInfoAndRoundTrip", TokenizerInfoAndRoundTrip);
+        Run("TokenizerSpecial", TokenizerSpecial);
+        Run("TokenizerStreamHoldsBackSplitCharacter", TokenizerStreamHoldsBackSplitCharacter);
+        Run("TokenizerLongTextGrowsBuffers", TokenizerLongTextGrowsBuffers);
+        Run("TokenizerErrors", TokenizerErrors);
         Console.WriteLine(skipped > 0 ? string.Format("{0} passed, {1} failed, {2} skipped", passed, failed, skipped)
                                       : string.Format("{0} passed, {1} failed", passed, failed));
         return failed;

@@ -173,6 +173,36 @@ class qsp_gguf_tensor_desc(ctypes.Structure):
     ]
 
 
+class qsp_tokenizer(ctypes.Structure):
+    """Opaque; only ever used through a pointer."""
+
+
+class qsp_text_stream(ctypes.Structure):
+    """Opaque; only ever used through a pointer."""
+
+
+qsp_tokenizer_p = ctypes.POINTER(qsp_tokenizer)
+qsp_text_stream_p = ctypes.POINTER(qsp_text_stream)
+
+
+class qsp_tokenizer_info(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("kind", ctypes.c_int32),
+        ("n_vocab", ctypes.c_uint32),
+        ("bos_id", ctypes.c_int32),
+        ("eos_id", ctypes.c_int32),
+        ("eot_id", ctypes.c_int32),
+        ("add_bos", ctypes.c_int32),
+        ("add_eos", ctypes.c_int32),
+        ("max_piece_bytes", ctypes.c_uint32),
+        ("model", ctypes.c_char_p),
+        ("pre", ctypes.c_char_p),
+        ("chat_template", ctypes.c_char_p),
+        ("unicode_version", ctypes.c_char_p),
+    ]
+
+
 #: Every mirrored struct, by its C name (the layout test walks these).
 STRUCTS = {
     cls.__name__: cls
@@ -238,6 +268,20 @@ _PROTOTYPES = {
 #: binding's wrapper raises QspError(UNSUPPORTED) naming the version needed.
 _PROTOTYPES_SINCE = {
     "qsp_prefill_batch": (qsp_status, [_P(qsp_batch_seq), _u32, _u32], 10100),
+    # the tokenizer of qsp_gguf.h (1.2)
+    "qsp_tokenizer_create": (qsp_status, [qsp_gguf_p, _P(qsp_tokenizer_p)], 10200),
+    "qsp_tokenizer_destroy": (None, [qsp_tokenizer_p], 10200),
+    "qsp_tokenizer_info_init": (None, [_P(qsp_tokenizer_info)], 10200),
+    "qsp_tokenizer_get_info": (qsp_status, [qsp_tokenizer_p, _P(qsp_tokenizer_info)], 10200),
+    "qsp_tokenize": (qsp_status, [qsp_tokenizer_p, ctypes.c_char_p, _u64, _u32, _P(ctypes.c_int32), _u64, _P(_u64)],
+                     10200),
+    "qsp_token_piece": (qsp_status, [qsp_tokenizer_p, _i32, _u32, ctypes.c_void_p, _u64, _P(_u64)], 10200),
+    "qsp_detokenize": (qsp_status, [qsp_tokenizer_p, _P(ctypes.c_int32), _u64, _u32, ctypes.c_void_p, _u64,
+                                    _P(_u64)], 10200),
+    "qsp_text_stream_create": (qsp_status, [qsp_tokenizer_p, _u32, _P(qsp_text_stream_p)], 10200),
+    "qsp_text_stream_destroy": (None, [qsp_text_stream_p], 10200),
+    "qsp_text_stream_push": (qsp_status, [qsp_text_stream_p, _i32, ctypes.c_void_p, _u64, _P(_u64)], 10200),
+    "qsp_text_stream_flush": (qsp_status, [qsp_text_stream_p, ctypes.c_void_p, _u64, _P(_u64)], 10200),
 }
 
 

@@ -10,7 +10,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=QSP_INCLUDE_DIR");
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
     let lib = pkg_config::Config::new()
-        .atleast_version("1.1") // qsp_prefill_batch
+        .atleast_version("1.2") // qsp_prefill_batch (1.1), the tokenizer (1.2)
         .probe("qsp")
         .unwrap_or_else(|e| panic!("qsp-sys: libqsp not found through pkg-config (set PKG_CONFIG_PATH): {}", e));
 

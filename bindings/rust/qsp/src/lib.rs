@@ -37,6 +37,8 @@
 
 mod gguf;
 pub use gguf::{gguf_type_name, ExecOptions, GgufInfo, ModelFile, TensorInfo};
+mod tokenizer;
+pub use tokenizer::{TextStream, Tokenizer, TokenizerInfo, TOKENIZER_VERSION};
 
 use std::ffi::CStr;
 use std::fmt;
@@ -83,6 +85,8 @@ pub enum Status {
     Io,
     /// `QSP_ERR_BAD_FORMAT`.
     BadFormat,
+    /// `QSP_ERR_BUFFER_TOO_SMALL` (1.2): an output buffer was too small.
+    BufferTooSmall,
     /// A value this crate does not know (from a newer library).
     Unknown(i32),
 }
@@ -106,6 +110,7 @@ impl Status {
         Status::Internal,
         Status::Io,
         Status::BadFormat,
+        Status::BufferTooSmall,
     ];
 
     /// The status of a C return code; `None` for `QSP_OK`.
@@ -128,6 +133,7 @@ impl Status {
             sys::QSP_ERR_INTERNAL => Status::Internal,
             sys::QSP_ERR_IO => Status::Io,
             sys::QSP_ERR_BAD_FORMAT => Status::BadFormat,
+            sys::QSP_ERR_BUFFER_TOO_SMALL => Status::BufferTooSmall,
             other => Status::Unknown(other),
         })
     }
@@ -153,6 +159,7 @@ impl Status {
             Status::Internal => "internal error",
             Status::Io => "I/O error",
             Status::BadFormat => "bad file format",
+            Status::BufferTooSmall => "buffer too small",
             Status::Unknown(_) => "unknown status",
         }
     }
@@ -176,6 +183,7 @@ impl Status {
             Status::Internal => sys::QSP_ERR_INTERNAL,
             Status::Io => sys::QSP_ERR_IO,
             Status::BadFormat => sys::QSP_ERR_BAD_FORMAT,
+            Status::BufferTooSmall => sys::QSP_ERR_BUFFER_TOO_SMALL,
             Status::Unknown(c) => c,
         }
     }
