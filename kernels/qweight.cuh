@@ -409,35 +409,17 @@ QSP_HD inline float mul_sub_rn(float a, float b, float c) {
 
 }  // namespace hd
 
-// Low two bits of (lane, k step s, fragment half p, element e) in the lane's
-// two 32-bit words (Q2_K / Q3_K): word s >> 1, bit q2_bit.
-QSP_HD constexpr int q2_bit(int s, int p, int e) { return 16 * (s & 1) + 8 * p + 2 * e; }
-// Q3_K's high bit in the lane's hmask word.
-QSP_HD constexpr int q3h_bit(int s, int p, int e) { return 8 * s + 4 * p + e; }
+// A 2-bit field of (k step s, fragment half p, element e) in a lane's two
+// 32-bit words, word s >> 1 (Q2_K's and Q3_K's low bits, Q6_K's high bits):
+// register j = 2p + (e >> 1) of step s at bit 2 (4 (s & 1) + j) for e even
+// and 16 + the same for e odd, so an f16x2 register's two fields sit 16 bits
+// apart and one shift and mask put both under exponent 0x64.
+QSP_HD constexpr int q2_bit(int s, int p, int e) { return 2 * (4 * (s & 1) + 2 * p + (e >> 1)) + 16 * (e & 1); }
+// Q3_K's high bit in the lane's hmask word: as Q5_0's (qh_bit).
+QSP_HD constexpr int q3h_bit(int s, int p, int e) { return 4 * s + 2 * p + (e >> 1) + 16 * (e & 1); }
 // Sub-block scale byte of (row group g, half p, k step s) in a unit's 64
 // scale bytes: a lane's 8 bytes are one LDS.64 / LDG.64 (word p, byte s).
 QSP_HD constexpr int ksc_byte(int g, int p, int s) { return 8 * g + 4 * p + s; }
-
-// Q2_K, k step s: x = (d * sc) * q - dmin * m (fp32 products; the last step
-// one fma, explicitly, so that host and device compute the same bits), one
-// rounding to fp16. q: the lane's two low-bit words; sc: its 8 scale bytes
-// (low nibble sc, high nibble m); dd: (d_g, d_g8), (dmin_g, dmin_g8).
-QSP_HD inline void dq_q2_k(const uint32_t (&q)[2], const uint32_t (&sc)[2], const uint32_t (&dd)[2], int s,
-                           uint32_t (&f)[4]) {
-  const uint32_t w = q[s >> 1];
-  QSP_HD_UNROLL
-  for (int p = 0; p < 2; ++p) {
-    const uint32_t b = (sc[p] >> (8 * s)) & 0xffu;
-    const float d = p ? hd::f16hi(dd[0]) : hd::f16lo(dd[0]);
-    const float dm = p ? hd::f16hi(dd[1]) : hd::f16lo(dd[1]);
-    const float dl = d * hd::small_u2f(b & 15u, 0), ml = dm * hd::small_u2f(b >> 4, 0);
-    float v[4];
-    QSP_HD_UNROLL
-    for (int e = 0; e < 4; ++e) v[e] = fmaf(dl, hd::small_u2f((w >> q2_bit(s, p, e)) & 3u, 0), -ml);
-    f[2 * p] = hd::pack2(v[0], v[1]);
-    f[2 * p + 1] = hd::pack2(v[2], v[3]);
-  }
-}
 
 // ---- K-quants in fp16 (Q4_K, Q5_K, Q6_K fragments) ------------------------------
 // The GEMM / GEMV fragments of these formats decode in f16x2 arithmetic on
@@ -507,6 +489,20 @@ QSP_HD inline uint32_t i8pair(uint32_t a, uint32_t b, int s) {
 }
 }  // namespace hd
 
+// t (exact codes) * d + nm, the scale pairs split in hi / lo (rows g, g+8:
+// the lo or hi half of each pair for row_g).
+QSP_HD inline uint32_t affine_frag(uint32_t t, bool row_g, uint32_t ds_hi, uint32_t ds_lo, uint32_t nm_hi,
+                                   uint32_t nm_lo) {
+  const auto bc = [row_g](uint32_t w) { return row_g ? hd::bcast_lo(w) : hd::bcast_hi(w); };
+  return hd::fadd2(hd::ffma2(t, bc(ds_hi), bc(nm_hi)), hd::ffma2(t, bc(ds_lo), bc(nm_lo)));
+}
+// t * d, d split in hi / lo: t hi + RN16(t lo).
+QSP_HD inline uint32_t scaled_frag(uint32_t t, bool row_g, uint32_t ds_hi, uint32_t ds_lo) {
+  const uint32_t h = row_g ? hd::bcast_lo(ds_hi) : hd::bcast_hi(ds_hi);
+  const uint32_t l = row_g ? hd::bcast_lo(ds_lo) : hd::bcast_hi(ds_lo);
+  return hd::ffma2(t, h, hd::fmul2(t, l));
+}
+
 // Q4_K / Q5_K, k step s (sub-block h = s >> 1 of the chunk): x = d sc q -
 // dmin m with both products split in hi / lo fp16 (above). q: exact fp16
 // codes from q5_raw (qh = 0: Q4_K's 4-bit codes). side: the lane's four side
@@ -525,23 +521,16 @@ QSP_HD inline void dq_kq_affine(uint32_t q, uint32_t qh, int s, const uint32_t (
 QSP_HD_UNROLL
   for (int j = 0; j < 4; ++j) {
     const uint32_t t = (j & 1) ? hd::ffma2(x[j], kMul, kAdd) : hd::fsub2(x[j], kSub);  // q, exact
-    const bool lo = j < 2;  // row g (lo halves of the scale pairs) or g+8
-    const auto bc = [lo](uint32_t w) { return lo ? hd::bcast_lo(w) : hd::bcast_hi(w); };
-    f[j] = hd::fadd2(hd::ffma2(t, bc(ds_hi), bc(nm_hi)), hd::ffma2(t, bc(ds_lo), bc(nm_lo)));
+    f[j] = affine_frag(t, j < 2, ds_hi, ds_lo, nm_hi, nm_lo);
   }
 }
 
-// Q6_K's two high bits of (k step s, fragment half p, element e) in the
-// lane's high word s >> 1: register j = 2p + (e >> 1) of step s in bits
-// 2 (4 (s & 1) + j) (e even) and 16 + the same (e odd), the halves of an
-// f16x2 register 16 bits apart like their nibbles (as qh_bit for one bit).
-QSP_HD constexpr int q6h_bit(int s, int p, int e) { return 2 * (4 * (s & 1) + 2 * p + (e >> 1)) + 16 * (e & 1); }
 
 // Q6_K, k step s: the codes q = nibble | high << 4 as exact fp16 under
 // exponent 0x64 (1024 + q, or 1024 + 16 q for the nibble at bit 4), minus
 // 1056 (or / 16 - 96): q - 32 exactly; then (q - 32) hi + RN16((q - 32) lo),
 // d * sc split as above: one rounding relative to x, plus one 2^-11 smaller.
-// qhw: the lane's high word of this step; sc: its int8 scales of rows g
+// qhw: the lane's high word of this step (fields at q2_bit); sc: its int8 scales of rows g
 // (sc[0]) and g+8 (sc[1]), byte s; dw: (d_g, d_g8).
 QSP_HD inline void dq_q6_k(uint32_t q, uint32_t qhw, int s, const uint32_t (&sc)[2], uint32_t dw, uint32_t (&f)[4]) {
   constexpr uint32_t kExp = 0x64006400u, kSub = 0x64206420u;  // 1056, 1056
@@ -557,31 +546,62 @@ QSP_HD_UNROLL
     const uint32_t nmask = (j & 1) ? 0x00f000f0u : 0x000f000fu;
     const uint32_t x = ((j < 2 ? q : q >> 8) & nmask) | (hb & hmask) | kExp;
     const uint32_t t = (j & 1) ? hd::ffma2(x, kMul, kAdd) : hd::fsub2(x, kSub);
-    const bool lo = j < 2;  // row g (lo halves of the scale pairs) or g+8
-    const uint32_t h = lo ? hd::bcast_lo(ds_hi) : hd::bcast_hi(ds_hi), l = lo ? hd::bcast_lo(ds_lo) : hd::bcast_hi(ds_lo);
-    f[j] = hd::ffma2(t, h, hd::fmul2(t, l));
+    f[j] = scaled_frag(t, j < 2, ds_hi, ds_lo);
   }
 }
 
-// Q3_K, k step s: x = (d * (code - 32)) * (q - 4), q = low | high << 2: both
-// products in fp32 exactly as the CPU reference, one rounding to fp16.
-// sc: the lane's 8 six-bit scale codes (bytes); dw: (d_g, d_g8).
+// Byte s of a (lo half) and of b (hi half) under exponent 0x64 with the
+// byte masked by `mask` after shifting it right by `shr`: exact fp16
+// 1024 + ((byte >> shr) & mask) per half.
+template <int kShr, uint32_t kMask>
+QSP_HD inline uint32_t byte_pair(uint32_t a, uint32_t b, int s) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t x = prmt(a, b, uint32_t(s | (s + 4) << 8)) >> kShr;
+  return lop3_and_or(x, kMask * 0x10001u, 0x64006400u);
+#else
+  return (0x6400u | ((a >> (8 * s + kShr)) & kMask)) | (0x6400u | ((b >> (8 * s + kShr)) & kMask)) << 16;
+#endif
+}
+// The exact fp16 codes of register j of k step s from the 2-bit fields at
+// q2_bit (word w) and, with kHigh, Q3_K's high bit at q3h_bit (word h) as
+// bit 2: 1024 + q per half.
+template <bool kHigh>
+QSP_HD inline uint32_t q23_raw(uint32_t w, uint32_t h, int s, int j) {
+  const int src = 2 * (4 * (s & 1) + j);
+  uint32_t x = ((w >> src) & 0x00030003u) | 0x64006400u;
+  if (kHigh) {
+    const int hs = 4 * s + j;  // q3h_bit of element 0 of register j
+    x |= (hs >= 2 ? h >> (hs - 2) : h << (2 - hs)) & 0x00040004u;
+  }
+  return x;
+}
+
+// Q2_K, k step s (one 16-column sub-block): x = d sc q - dmin m in f16x2 with
+// d sc and dmin m split in hi / lo (affine_frag). q: the lane's two low-bit
+// words; sc: its 8 scale bytes (low nibble sc, high nibble m) of rows g /
+// g+8, byte s; dd: (d_g, d_g8), (dmin_g, dmin_g8).
+QSP_HD inline void dq_q2_k(const uint32_t (&q)[2], const uint32_t (&sc)[2], const uint32_t (&dd)[2], int s,
+                           uint32_t (&f)[4]) {
+  constexpr uint32_t kSub = 0x64006400u;  // 1024, 1024
+  uint32_t ds_hi, ds_lo, nm_hi, nm_lo;
+  hd::mul2_split(hd::fsub2(byte_pair<0, 15>(sc[0], sc[1], s), kSub), dd[0], ds_hi, ds_lo);
+  hd::mul2_split(hd::fsub2(byte_pair<4, 15>(sc[0], sc[1], s), kSub), dd[1] ^ 0x80008000u, nm_hi, nm_lo);
+  const uint32_t w = q[s >> 1];
+QSP_HD_UNROLL
+  for (int j = 0; j < 4; ++j) f[j] = affine_frag(hd::fsub2(q23_raw<false>(w, 0u, s, j), kSub), j < 2, ds_hi, ds_lo, nm_hi, nm_lo);
+}
+
+// Q3_K, k step s: x = d (code - 32) (q - 4), q = low | high << 2, in f16x2:
+// code - 32 and q - 4 exact, d (code - 32) split in hi / lo (scaled_frag).
+// sc: the lane's 8 six-bit scale codes (bytes) of rows g / g+8, byte s; dw:
+// (d_g, d_g8).
 QSP_HD inline void dq_q3_k(const uint32_t (&q)[2], uint32_t h, const uint32_t (&sc)[2], uint32_t dw, int s,
                            uint32_t (&f)[4]) {
+  uint32_t ds_hi, ds_lo;
+  hd::mul2_split(hd::fsub2(byte_pair<0, 255>(sc[0], sc[1], s), 0x64206420u), dw, ds_hi, ds_lo);  // code - 32
   const uint32_t w = q[s >> 1];
-  QSP_HD_UNROLL
-  for (int p = 0; p < 2; ++p) {
-    const uint32_t code = (sc[p] >> (8 * s)) & 0xffu;
-    const float dl = (p ? hd::f16hi(dw) : hd::f16lo(dw)) * hd::small_u2f(code, 32);
-    float v[4];
-    QSP_HD_UNROLL
-    for (int e = 0; e < 4; ++e) {
-      const uint32_t q3 = ((w >> q2_bit(s, p, e)) & 3u) | ((h >> q3h_bit(s, p, e)) & 1u) << 2;
-      v[e] = dl * hd::small_u2f(q3, 4);
-    }
-    f[2 * p] = hd::pack2(v[0], v[1]);
-    f[2 * p + 1] = hd::pack2(v[2], v[3]);
-  }
+QSP_HD_UNROLL
+  for (int j = 0; j < 4; ++j) f[j] = scaled_frag(hd::fsub2(q23_raw<true>(w, h, s, j), 0x64046404u), j < 2, ds_hi, ds_lo);  // q - 4
 }
 
 }  // namespace qw

@@ -5,7 +5,7 @@
 // a chunk. Per 16 x 64 unit:
 //   quants 768 bytes   bytes 0..511: the low 4 bits exactly as Q4_0's
 //                      nibbles (q4_shift); bytes 512 + 8*lane: the lane's
-//                      64 high bits, word s >> 1, bits q6h_bit(s, p, e) for
+//                      64 high bits, word s >> 1, bits q2_bit(s, p, e) for
 //                      k step s, row half p, element e (kernels/qweight.cuh:
 //                      an f16x2 register's two fields 16 bits apart)
 //   side    96 bytes   byte 8*g + 4*p + s: int8 sc of row 8p+g, k step s;
@@ -84,7 +84,7 @@ struct WTraits<WFormat::kQ6_K> {
               const uint32_t high = (blk.qh[32 * h + i] >> (2 * k)) & 3u;
               const int lane = 4 * g + map.t[j], s = map.s[j], e = map.e[j];
               q[lane * 4 + s] |= low << qw::q4_shift(p, e);
-              qh[lane * 2 + (s >> 1)] |= high << qw::q6h_bit(s, p, e);
+              qh[lane * 2 + (s >> 1)] |= high << qw::q2_bit(s, p, e);
             }
           }
         }
@@ -123,7 +123,7 @@ struct WTraits<WFormat::kQ6_K> {
       const float ds = qw::h2f(uint16_t(r.d >> (16 * p))) * float(int8_t(r.sc[p] >> (8 * s)));
       QSP_UNROLL
       for (int e = 0; e < 4; ++e) {
-        const uint32_t q = ((w >> qw::q4_shift(p, e)) & 15u) | (((hb >> qw::q6h_bit(s, p, e)) & 3u) << 4);
+        const uint32_t q = ((w >> qw::q4_shift(p, e)) & 15u) | (((hb >> qw::q2_bit(s, p, e)) & 3u) << 4);
         v[4 * p + e] = ds * (qw::small_u2f(q) - 32.0f);
       }
     }

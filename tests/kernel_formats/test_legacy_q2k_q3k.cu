@@ -8,14 +8,14 @@
 // Tolerance: fragments are fp16. Formats whose value is one product
 // (Q5_0: d * (q - 16)) must equal the reference rounded to fp16 exactly;
 // d * q + m (Q4_1, Q5_1) is one rounding of the exact value on the device and
-// two (fp32, then fp16) for the reference: within one fp16 ulp. K-quants:
-// Q3_K's two fp32 products are the reference's, so exact; Q2_K's
-// (d sc) q - dmin m is one fma on the device: within one fp16 ulp. Q4_K, Q5_K
-// and Q6_K split d sc (and dmin m) into two fp16 (qw::dq_kq_affine,
-// qw::dq_q6_k): within two ulps (two roundings, the first of a value that
-// may sit across x's binade boundary) plus 2^-16 of the absolute maximum of
-// the value's 32-column group (the low part's own rounding when it is an
-// fp16 subnormal), and the whole matrix within 1e-3 relative L2. Padding rows and columns must decode to 0.
+// two (fp32, then fp16) for the reference: within one fp16 ulp. The K-quants
+// (Q2_K .. Q6_K) split the sub-block scale (d sc, and dmin m) into two fp16
+// before the value's f16x2 arithmetic (qw::affine_frag, qw::scaled_frag):
+// within two ulps (two roundings, the first of a value that may sit across
+// x's binade boundary) plus 2^-16 of the absolute maximum of the value's
+// 32-column group (the low part's own rounding when it is an fp16
+// subnormal), and the whole matrix within 1e-3 relative L2. Padding rows and
+// columns must decode to 0.
 // load8 (the embedding) is fp32 and exact.
 #include <catch2/catch.hpp>
 
@@ -202,13 +202,13 @@ const Shape kKShapes[] = {{37, 256}, {16, 512}, {5, 1024}, {40, 768}, {1, 4096}}
 TEST_CASE("kernel formats: Q2_K repack + device decode on the CPU", "[kernel_formats]") {
   CHECK(bits_per_weight<WFormat::kQ2_K>() == 3.0);
   uint64_t seed = 20;
-  for (const Shape& s : kKShapes) check_format<WFormat::kQ2_K>(QSP_DTYPE_Q2_K, Frag::kUlp, s, seed++);
+  for (const Shape& s : kKShapes) check_format<WFormat::kQ2_K>(QSP_DTYPE_Q2_K, Frag::kFolded, s, seed++);
 }
 
 TEST_CASE("kernel formats: Q3_K repack + device decode on the CPU", "[kernel_formats]") {
   CHECK(bits_per_weight<WFormat::kQ3_K>() == 3.75);
   uint64_t seed = 30;
-  for (const Shape& s : kKShapes) check_format<WFormat::kQ3_K>(QSP_DTYPE_Q3_K, Frag::kExact, s, seed++);
+  for (const Shape& s : kKShapes) check_format<WFormat::kQ3_K>(QSP_DTYPE_Q3_K, Frag::kFolded, s, seed++);
 }
 
 TEST_CASE("kernel formats: Q4_K / Q5_K / Q6_K fragments in f16x2 arithmetic on the CPU", "[kernel_formats]") {
