@@ -6,6 +6,8 @@
 // per-format part (global -> raw words -> fragments) is the format's WTraits.
 #include <algorithm>
 
+#include <type_traits>
+
 #include "kernels/formats/formats.cuh"
 #include "kernels/gemm_internal.cuh"
 #include "kernels/ptx.cuh"
@@ -123,11 +125,23 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
   }
 }
 
+// Registers counted per chunk of each of the two matrices of the SwiGLU
+// GEMV: WTraits::kGemvDualRawRegs where a format declares it (its decode's
+// temporaries spill there otherwise), else kGemvRawRegs.
+template <class T, class = void>
+struct DualRawRegs {
+  static constexpr int value = T::kGemvRawRegs;
+};
+template <class T>
+struct DualRawRegs<T, std::void_t<decltype(T::kGemvDualRawRegs)>> {
+  static constexpr int value = T::kGemvDualRawRegs;
+};
+
 // Chunks a GEMV warp keeps in flight: as many as fit ~56 registers of
 // undecoded weights + activations (Q4_0, M <= 8: 4 chunks = 2 KB per warp).
 template <WFormat F>
 constexpr int gemv_unroll(int mt, bool dual) {
-  const int per = (dual ? 2 : 1) * WTraits<F>::kGemvRawRegs + mt * 8;
+  const int per = dual ? 2 * DualRawRegs<WTraits<F>>::value + mt * 8 : WTraits<F>::kGemvRawRegs + mt * 8;
   return 56 / per < 1 ? 1 : 56 / per > 4 ? 4 : 56 / per;
 }
 

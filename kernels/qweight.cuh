@@ -39,6 +39,7 @@ namespace kern {
 //   kTileStageBytes   smem bytes one 16-row tile takes in one BK = 64 stage
 //   kStages           pipeline depth of the mma kernel (smem budget)
 //   kGemvRawRegs      registers of one lane's Raw (sets the GEMV unroll)
+//   kGemvDualRawRegs  (optional) the same for the SwiGLU GEMV's two matrices
 //   Raw               a lane's undecoded words for one tile and one chunk
 //   lds_raw()         smem -> Raw for half-stage hs (k steps 2hs, 2hs+1)
 //   ldg_raw() / ldg_rows()  global -> Raw for the GEMV (tiled / row-major)

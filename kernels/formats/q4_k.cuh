@@ -95,9 +95,11 @@ struct WTraits<WFormat::kQ4_K> {
   // ---- mma.sync GEMM and GEMV -------------------------------------------------------------
   static constexpr int kTileStageBytes = kUnit + kScaleUnit;
   static constexpr int kStages = 4;
-  // 8 raw words, counted as 11 for the fp32 decode's temporaries: at 8 ptxas
-  // spilled 24 bytes in the M <= 8 SwiGLU GEMV (80-register cap); at 11 none (U = 2, SwiGLU 1).
-  static constexpr int kGemvRawRegs = 11;
+  // 8 raw words: U = 3 chunks in flight for M <= 8 (the fp32 decode needed
+  // 11: U = 2). The SwiGLU GEMV counts 11 per matrix (U = 1): at 8 (U = 2)
+  // ptxas spilled 60 bytes there (sm_90, 2026-12-04).
+  static constexpr int kGemvRawRegs = 8;
+  static constexpr int kGemvDualRawRegs = 11;
   struct Raw {
     uint32_t q[4];     // lane word per k step (Q4_0's nibble order)
     uint32_t side[4];  // sm of sub-blocks h = 0, 1; d / dmin of rows g, g+8

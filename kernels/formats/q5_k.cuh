@@ -102,9 +102,11 @@ struct WTraits<WFormat::kQ5_K> {
   // ---- mma.sync GEMM and GEMV -------------------------------------------------------------
   static constexpr int kTileStageBytes = kUnit + kScaleUnit;
   static constexpr int kStages = 4;
-  // 9 raw words, counted as 11 for the fp32 decode's temporaries: at 9 ptxas
-  // spilled 8 bytes in the M <= 8 GEMV and 72 in its SwiGLU form (80-register cap); at 11 none (U = 2, SwiGLU 1).
-  static constexpr int kGemvRawRegs = 11;
+  // 9 raw words: U = 3 chunks in flight for M <= 8 (the fp32 decode needed
+  // 11: U = 2). The SwiGLU GEMV counts 11 per matrix (U = 1): at 9 (U = 2)
+  // ptxas spilled 112 bytes there (sm_90, 2026-12-04).
+  static constexpr int kGemvRawRegs = 9;
+  static constexpr int kGemvDualRawRegs = 11;
   struct Raw {
     uint32_t q[4];     // lane word per k step (Q4_0's nibble order)
     uint32_t qh;       // the lane's high bits, bit qw::qh_bit(s, p, e)
