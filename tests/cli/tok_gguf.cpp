@@ -19,7 +19,8 @@
 #include <vector>
 
 #include "gguf_write/gguf_synth.h"
-#include "tokenizer/tokenizer_test_util.h"
+#include "qsp/qsp.h"
+#include "tokenizer/tokenizer_vocab.h"
 
 namespace {
 
