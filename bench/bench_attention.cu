@@ -45,6 +45,7 @@ struct Case {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it comes: a timed-out run keeps them
   int reps = 30, heads = 32, kv_heads = 8, head_dim = 128;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() { return i + 1 < argc ? std::atoi(argv[++i]) : 0; };

@@ -320,6 +320,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each row as it comes: a timed-out run keeps them
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
