@@ -2,7 +2,7 @@
 // with a 4-bit scale sc and 4-bit min m each, fp16 d and dmin, 2-bit q;
 // x = d * sc * q - dmin * m) repacked into the tiled layout of
 // kernels/qweight_layout.h. A unit's four k steps are four sub-blocks of one
-// super-block (qweight.cuh). Per 16 x 64 unit:
+// super-block (qweight_kfrags.cuh). Per 16 x 64 unit:
 //   quants  256 bytes: lane l's two words at 8 l, bit qw::q2_bit(s, p, e)
 //   side    128 bytes: [64: the GGUF scale byte (sc | m << 4) of each row
 //           and sub-block, qw::ksc_byte][64: fp16 d_g, d_g+8, dmin_g,
@@ -23,6 +23,7 @@
 #include "common/quant.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
+#include "kernels/qweight_kfrags.cuh"
 
 namespace qsp {
 namespace kern {

@@ -2,7 +2,7 @@
 // with a 6-bit scale code each, scale = code - 32, packed in 12 bytes; fp16
 // d; 3-bit q as 2 low bits + an hmask bit; x = d * (code - 32) * (q - 4))
 // repacked into the tiled layout of kernels/qweight_layout.h. A unit's four
-// k steps are four sub-blocks of one super-block (qweight.cuh). Per 16 x 64
+// k steps are four sub-blocks of one super-block (qweight_kfrags.cuh). Per 16 x 64
 // unit:
 //   quants  384 bytes: [256: lane l's two low-bit words at 8 l, bit
 //           qw::q2_bit][128: its hmask word at 256 + 4 l, bit qw::q3h_bit]
@@ -23,6 +23,7 @@
 #include "common/quant.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
+#include "kernels/qweight_kfrags.cuh"
 
 namespace qsp {
 namespace kern {

@@ -13,7 +13,7 @@
 // which keeps every unit self-contained for the shared loaders).
 // The sub-block scales are decoded in the kernel. GEMM / GEMV fragments:
 // f16x2 arithmetic with d*sc and dmin*m split in two fp16 each
-// (qw::dq_kq_affine, kernels/qweight.cuh: half the fp32 decode's work).
+// (qw::dq_kq_affine, kernels/qweight_kfrags.cuh: half the fp32 decode's work).
 // The embedding (load8): d*sc and dmin*m in fp32 as the CPU reference
 // (src/formats/q4_K.cpp), x in fp32, bit for bit (qw::kq_affine_values).
 // K % 256 == 0.
@@ -26,6 +26,7 @@
 #include "common/quant.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
+#include "kernels/qweight_kfrags.cuh"
 #include "kernels/qweight_kquant.h"
 
 namespace qsp {

@@ -27,6 +27,7 @@
 #include "common/quant.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
+#include "kernels/qweight_kfrags.cuh"
 #include "kernels/qweight_kquant.h"
 
 namespace qsp {

@@ -6,7 +6,7 @@
 //   quants 768 bytes   bytes 0..511: the low 4 bits exactly as Q4_0's
 //                      nibbles (q4_shift); bytes 512 + 8*lane: the lane's
 //                      64 high bits, word s >> 1, bits q2_bit(s, p, e) for
-//                      k step s, row half p, element e (kernels/qweight.cuh:
+//                      k step s, row half p, element e (kernels/qweight_kfrags.cuh:
 //                      an f16x2 register's two fields 16 bits apart)
 //   side    96 bytes   byte 8*g + 4*p + s: int8 sc of row 8p+g, k step s;
 //                      bytes 64 + 4*g + 2*p: fp16 d of row 8p+g's super-block
@@ -26,6 +26,7 @@
 #include "common/quant.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
+#include "kernels/qweight_kfrags.cuh"
 #include "kernels/qweight_kquant.h"
 
 namespace qsp {
