@@ -5,7 +5,8 @@
 set -eu
 src=$1 out=$2 mcs=${3:-mcs} mono=${4:-mono}
 mkdir -p "$out"
-"$mcs" -nologo -warnaserror+ -unsafe -optimize+ -target:library -out:"$out/Qsp.dll" "$src/Qsp.cs" "$src/QspGguf.cs" "$src/QspTokenizer.cs"
+"$mcs" -nologo -warnaserror+ -unsafe -optimize+ -target:library -out:"$out/Qsp.dll" "$src/Qsp.cs" "$src/QspNative.cs" \
+  "$src/QspContext.cs" "$src/QspGguf.cs" "$src/QspTokenizer.cs"
 "$mcs" -nologo -warnaserror+ -optimize+ -r:"$out/Qsp.dll" -out:"$out/QspTests.exe" "$src/tests/Tests.cs" "$src/tests/GgufTests.cs" \
   "$src/tests/BatchTests.cs" "$src/tests/TokenizerTests.cs"
 "$mcs" -nologo -warnaserror+ -optimize+ -r:"$out/Qsp.dll" -out:"$out/GgufPrefill.exe" "$src/examples/GgufPrefill.cs"

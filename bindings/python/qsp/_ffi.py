@@ -3,8 +3,8 @@
 Everything here follows the header exactly: the structs are laid out as the C
 compiler lays them out (ctypes applies the platform's C alignment rules), and
 the prototypes give ctypes the exact argument and return types. The public,
-safe API is in ``qsp/__init__.py``; use this module only for what that one
-does not wrap.
+safe API is the package ``qsp`` (``qsp/__init__.py`` and the modules it
+re-exports); use this module only for what that one does not wrap.
 """
 
 import ctypes

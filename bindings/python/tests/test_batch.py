@@ -133,8 +133,8 @@ def test_closed_context_is_refused(model):
 
 def test_old_library_is_refused_with_a_clear_error(monkeypatch):
     # A 1.0 library: everything else works; prefill_batch says what it needs.
-    monkeypatch.setattr(qsp, "version_number", lambda: 10000)
-    monkeypatch.setattr(qsp, "version", lambda: "1.0.0")
+    monkeypatch.setattr(qsp._batch, "version_number", lambda: 10000)  # what prefill_batch calls
+    monkeypatch.setattr(qsp._batch, "version", lambda: "1.0.0")
     with pytest.raises(qsp.QspError) as e:
         qsp.prefill_batch([(object(), [1])])
     assert e.value.status == qsp.Status.UNSUPPORTED
