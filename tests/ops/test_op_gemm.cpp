@@ -141,39 +141,55 @@ TEST_CASE("op gemm: every kernel path on small shapes", "[gpu][gemm][sanitize]")
 // GEMV for every M <= 16, then odd M on auto, mma.sync and wgmma forced,
 // on Qwen3-8B and -0.6B shapes and on tile edges (N not a multiple of 16 /
 // 128). Q4_K_M files hold Q4_K and Q6_K (ffn_down, LM head), Q5_K_M Q5_K
-// and Q6_K.
-TEST_CASE("op gemm: K-quants Q4_K / Q5_K / Q6_K on every path", "[gpu][gemm][wgmma][kquant]") {
-  QSP_REQUIRE_GPU();
+// and Q6_K. One test case per format: the parallel GPU runner spreads the
+// host-side reference quantizing, which is the cost.
+namespace {
+void kquant_every_path(int32_t dt) {
   std::vector<int> gemv_ms;
   for (int m = 1; m <= 16; ++m) gemv_ms.push_back(m);
   const std::vector<int> odd = {3, 17, 100, 513};
   std::vector<GemmCase> cases;
-  for (int32_t dt : {QSP_DTYPE_Q4_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K}) {
-    cases.push_back({dt, 1024, 1024, gemv_ms, {kAuto}});  // GEMV, M = 1 .. 16
-    // N x K, then the M of the automatic choice (odd, GEMV and GEMM) and of
-    // the forced GEMM paths (M > 16: the GEMV's range is not theirs).
-    const struct {
-      int64_t N, K;
-      std::vector<int> auto_ms, forced_ms;
-    } shapes[] = {
-        {1000, 256, odd, kMidMs},             // one super-block per row, N % 16 != 0
-        {40, 512, odd, kMidMs},               // N < one block's rows
-        {2048, 1024, odd, kMidMs},            // Qwen3-0.6B q_proj
-        {1024, 2048, odd, kMidMs},            // Qwen3-0.6B o_proj
-        {3072, 1024, odd, kMidMs},            // Qwen3-0.6B gate / up
-        {1024, 3072, odd, kMidMs},            // Qwen3-0.6B down
-        {4096, 4096, {1, 16, 17, 2048}, {17, 2048}},  // Qwen3-8B q / o
-        {12288, 4096, {7, 513}, {}},          // Qwen3-8B gate / up (quantizing it is the cost)
-        {4096, 12288, {3, 100}, {}},          // Qwen3-8B down
-        {256, 256, {1, 9, 40, 300}, {40, 300}},  // small: every kernel (sanitizer size)
-    };
-    for (const auto& sh : shapes) {
-      cases.push_back({dt, sh.N, sh.K, sh.auto_ms, {kAuto}});
-      if (!sh.forced_ms.empty()) cases.push_back({dt, sh.N, sh.K, sh.forced_ms, {kMma, kWgmma}});
-    }
+  cases.push_back({dt, 1024, 1024, gemv_ms, {kAuto}});  // GEMV, M = 1 .. 16
+  // N x K, then the M of the automatic choice (odd, GEMV and GEMM) and of
+  // the forced GEMM paths (M > 16: the GEMV's range is not theirs).
+  const struct {
+    int64_t N, K;
+    std::vector<int> auto_ms, forced_ms;
+  } shapes[] = {
+      {1000, 256, odd, kMidMs},             // one super-block per row, N % 16 != 0
+      {40, 512, odd, kMidMs},               // N < one block's rows
+      {2048, 1024, odd, kMidMs},            // Qwen3-0.6B q_proj
+      {1024, 2048, odd, kMidMs},            // Qwen3-0.6B o_proj
+      {3072, 1024, odd, kMidMs},            // Qwen3-0.6B gate / up
+      {1024, 3072, odd, kMidMs},            // Qwen3-0.6B down
+      {4096, 4096, {1, 16, 17, 2048}, {17, 2048}},  // Qwen3-8B q / o
+      {12288, 4096, {7, 513}, {}},          // Qwen3-8B gate / up (quantizing it is the cost)
+      {4096, 12288, {3, 100}, {}},          // Qwen3-8B down
+      {256, 256, {1, 9, 40, 300}, {40, 300}},  // small: every kernel (sanitizer size)
+  };
+  for (const auto& sh : shapes) {
+    cases.push_back({dt, sh.N, sh.K, sh.auto_ms, {kAuto}});
+    if (!sh.forced_ms.empty()) cases.push_back({dt, sh.N, sh.K, sh.forced_ms, {kMma, kWgmma}});
   }
-  run_cases(cases, 1500);
-  // K must be a whole number of 256-weight super-blocks.
+  run_cases(cases, 1500 + uint64_t(dt) * 100);
+}
+}  // namespace
+
+TEST_CASE("op gemm: Q4_K on every path", "[gpu][gemm][wgmma][kquant]") {
+  QSP_REQUIRE_GPU();
+  kquant_every_path(QSP_DTYPE_Q4_K);
+}
+TEST_CASE("op gemm: Q5_K on every path", "[gpu][gemm][wgmma][kquant]") {
+  QSP_REQUIRE_GPU();
+  kquant_every_path(QSP_DTYPE_Q5_K);
+}
+TEST_CASE("op gemm: Q6_K on every path", "[gpu][gemm][wgmma][kquant]") {
+  QSP_REQUIRE_GPU();
+  kquant_every_path(QSP_DTYPE_Q6_K);
+}
+
+TEST_CASE("op gemm: K-quants need K a multiple of 256", "[gpu][gemm][kquant]") {
+  QSP_REQUIRE_GPU();
   const char* why = nullptr;
   for (WFormat f : {WFormat::kQ4_K, WFormat::kQ5_K, WFormat::kQ6_K}) {
     CHECK_FALSE(qsp::kern::gemm_supported(f, 64, 96, &why));

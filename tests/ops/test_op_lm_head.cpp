@@ -20,23 +20,11 @@ struct LmHeadCase {
 
 }  // namespace
 
-TEST_CASE("op lm_head: GEMV over the vocabulary (151936 x 1024)", "[gpu][gemm][lm_head]") {
-  QSP_REQUIRE_GPU();
-  const LmHeadCase cases[] = {
-      {QSP_DTYPE_Q4_0, 151936, 1024, {1, 3}},
-      {QSP_DTYPE_Q8_0, 151936, 1024, {1, 3}},
-      {QSP_DTYPE_F16, 151936, 1024, {1, 3}},
-      {QSP_DTYPE_Q6_K, 151936, 1024, {1, 3}},  // Q4_K_M / Q5_K_M files: the LM head is Q6_K
-      {QSP_DTYPE_Q4_K, 151936, 1024, {1, 3}},
-      {QSP_DTYPE_Q5_K, 32000, 1024, {1, 3}},   // (a smaller vocabulary: quantizing is the cost)
-      // Q4_1 / Q5_0 / Q5_1 and Q2_K / Q3_K
-      {QSP_DTYPE_Q4_1, 151936, 1024, {1, 3}},
-      {QSP_DTYPE_Q5_0, 151936, 1024, {1, 3}},
-      {QSP_DTYPE_Q5_1, 151936, 1024, {1, 3}},
-      {QSP_DTYPE_Q2_K, 32000, 1024, {1, 3}},  // (smaller: the K-quant reference quantizers are the cost)
-      {QSP_DTYPE_Q3_K, 32000, 1024, {1, 3}},
-  };
-  uint64_t seed = 200;
+namespace {
+// The LM head's GEMV on the vocabulary shapes. Two test cases (legacy
+// formats, K-quants) so that the parallel GPU runner spreads the host-side
+// quantizing, which is the cost.
+void lm_head_gemv(const std::vector<LmHeadCase>& cases, uint64_t seed) {
   for (const LmHeadCase& c : cases) {
     OpWeight w(c.dtype, c.vocab, c.hidden, seed++);
     for (int M : c.Ms) {
@@ -46,6 +34,29 @@ TEST_CASE("op lm_head: GEMV over the vocabulary (151936 x 1024)", "[gpu][gemm][l
       check_gemm(w, nullptr, x, Epilogue::kStoreF32, int(c.vocab), rows, ref, nullptr, seed++);
     }
   }
+}
+}  // namespace
+
+TEST_CASE("op lm_head: GEMV over the vocabulary (151936 x 1024), legacy formats", "[gpu][gemm][lm_head]") {
+  QSP_REQUIRE_GPU();
+  lm_head_gemv({{QSP_DTYPE_Q4_0, 151936, 1024, {1, 3}},
+                {QSP_DTYPE_Q8_0, 151936, 1024, {1, 3}},
+                {QSP_DTYPE_F16, 151936, 1024, {1, 3}},
+                {QSP_DTYPE_Q4_1, 151936, 1024, {1, 3}},
+                {QSP_DTYPE_Q5_0, 151936, 1024, {1, 3}},
+                {QSP_DTYPE_Q5_1, 151936, 1024, {1, 3}}},
+               200);
+}
+
+TEST_CASE("op lm_head: GEMV over the vocabulary (151936 x 1024), K-quants", "[gpu][gemm][lm_head][kquant]") {
+  QSP_REQUIRE_GPU();
+  lm_head_gemv({{QSP_DTYPE_Q6_K, 151936, 1024, {1, 3}},  // Q4_K_M / Q5_K_M files: the LM head is Q6_K
+                {QSP_DTYPE_Q4_K, 151936, 1024, {1, 3}},
+                // (smaller vocabularies: the K-quant reference quantizers are the cost)
+                {QSP_DTYPE_Q5_K, 32000, 1024, {1, 3}},
+                {QSP_DTYPE_Q2_K, 32000, 1024, {1, 3}},
+                {QSP_DTYPE_Q3_K, 32000, 1024, {1, 3}}},
+               260);
 }
 
 TEST_CASE("op lm_head: final norm, logits and greedy token of the last token", "[gpu][gemm][lm_head]") {
