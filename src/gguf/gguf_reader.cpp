@@ -5,6 +5,7 @@
 #include <cstring>
 #include <initializer_list>
 
+#include "common/printable.h"
 #include "gguf/gguf_format.h"
 
 namespace qsp {
@@ -23,22 +24,8 @@ namespace {
 
 using ull = unsigned long long;
 
-// Untrusted bytes made printable and bounded, for messages.
-std::string printable(const std::string& s, size_t max = 96) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < max; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += char(c);
-    } else {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02x", c);
-      out += b;
-    }
-  }
-  if (s.size() > max) out += "...";
-  return out;
-}
+// Untrusted text made printable and bounded, for messages (common/printable.h).
+std::string printable(const std::string& s, size_t max = 96) { return qsp::printable(s, max); }
 
 // Reads little-endian values from the buffer; every read is bounds-checked.
 // `where_` names the entry being read, for messages.

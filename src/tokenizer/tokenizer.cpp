@@ -7,6 +7,7 @@
 #include <queue>
 
 #include "common/error.h"
+#include "common/printable.h"
 #include "qsp/qsp_gguf.h"
 #include "tokenizer/unicode.h"
 
@@ -43,22 +44,8 @@ namespace {
 
 constexpr const char* kTokens = "tokenizer.ggml.tokens";
 
-// Untrusted text made printable and bounded, for messages.
-std::string printable(const std::string& s, size_t max = 64) {
-  std::string out;
-  for (size_t i = 0; i < s.size() && i < max; ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out += char(c);
-    } else {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02x", c);
-      out += b;
-    }
-  }
-  if (s.size() > max) out += "...";
-  return out;
-}
+// Untrusted text made printable and bounded, for messages (common/printable.h).
+std::string printable(const std::string& s, size_t max = 64) { return qsp::printable(s, max); }
 
 // A special token id key: absent -> -1; present -> must name a token.
 int32_t read_id(const gguf::File& f, const char* key, size_t n_vocab) {
