@@ -2,7 +2,8 @@
 // accumulation) on real layer shapes.
 //
 //   cmake --build build --target bench_gemm    (the GEMM is kernels/gemm*.cu, kernels/gemv.cu)
-//   ./bench_gemm [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu]
+//   ./bench_gemm [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu] [--m LIST] [--sweep]
+//   --sweep: also every wgmma token tile x K split forced (the plan model's data)
 //
 // Method: CUDA events around batches of launches (a batch lasts >= ~200 us,
 // so tiny GEMVs are not dominated by event resolution), median of 21
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -118,16 +120,29 @@ double rel_err(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
 }
 
 int run(int argc, char** argv) {
-  bool quick = false, cublas = true, swiglu = false;
+  bool quick = false, cublas = true, swiglu = false, sweep = false;
   std::string fmt_arg = "q4q8";
+  std::vector<int> m_list;
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
     if (s == "--quick") quick = true;
     else if (s == "--no-cublas") cublas = false;
     else if (s == "--swiglu") swiglu = true;
     else if (s == "--fmt" && i + 1 < argc) fmt_arg = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: %s [--quick] [--fmt q4|q8|f16|all|LIST] [--no-cublas] [--swiglu]\n"
+    else if (s == "--sweep") sweep = true;
+    else if (s == "--m" && i + 1 < argc) {
+      for (const char* p = argv[++i]; *p;) {
+        char* end = nullptr;
+        const long v = std::strtol(p, &end, 10);
+        if (end == p || v < 1 || v > (1 << 20)) {
+          std::fprintf(stderr, "bench_gemm: --m: a list of token counts, e.g. 17,64,512\n");
+          return 2;
+        }
+        m_list.push_back(int(v));
+        p = *end == ',' ? end + 1 : end;
+      }
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--fmt q4|q8|f16|all|LIST] [--no-cublas] [--swiglu] [--m LIST] [--sweep]\n"
                    "  LIST: format names, e.g. q4_0,q4_K,q6_K (every format the kernels decode)\n", argv[0]);
       return 2;
     }
@@ -170,7 +185,9 @@ int run(int argc, char** argv) {
                                                                {14336, 4096, "8B gate"},
                                                                {4096, 14336, "8B down"},
                                                                {151936, 1024, "0.6B head"}};
-  const std::vector<int> Ms = quick ? std::vector<int>{1, 2048} : std::vector<int>{1, 16, 128, 512, 2048, 8192};
+  const std::vector<int> Ms = !m_list.empty() ? m_list
+                              : quick         ? std::vector<int>{1, 2048}
+                                              : std::vector<int>{1, 16, 128, 512, 2048, 8192};
 
   cublasHandle_t handle = nullptr;
   if (cublas) CKB(cublasCreate(&handle));
@@ -292,6 +309,29 @@ int run(int argc, char** argv) {
           }
           std::printf("%-10s %-12s %5d %-5s   paths: mma.sync %6.1f TFLOPS, wgmma %6.1f TFLOPS\n", sh.what, nk, M,
                       fname, tf[0], tf[1]);
+        }
+        if (sweep && M > 16 && f != WFormat::kF16) {
+          // Every wgmma token tile x K split forced, TFLOPS (- where it cannot run).
+          std::printf("%-10s %-12s %5d %-5s   wgmma tile/splits:", sh.what, nk, M, fname);
+          for (int bt : {256, 128, 64})
+            for (int ks : {1, 2, 4, 8}) {
+              qsp::kern::GemmArgs p = a;
+              p.path = qsp::kern::GemmPath::kWgmma;
+              p.wg_tile = bt;
+              p.wg_splits = ks;
+              p.w.data = wq.first();
+              if (qsp::kern::gemm(p, nullptr) != cudaSuccess) {
+                (void)cudaGetLastError();
+                std::printf(" %d/%d -", bt, ks);
+                continue;
+              }
+              const double t = time_ms([&] {
+                p.w.data = wq.take();
+                CK(qsp::kern::gemm(p, nullptr));
+              });
+              std::printf(" %d/%d %.1f", bt, ks, flop / t * 1e-9);
+            }
+          std::printf("\n");
         }
         if (swiglu && (sh.N == 12288 || sh.N == 14336)) {
           // Gate and up in one launch (two weights, one fp16 output).

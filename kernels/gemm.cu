@@ -8,7 +8,9 @@
 //  3. mma.sync, large tiles (kernels/gemm_mma.cu; sm_80 / sm_89 prefill, fp16
 //     weights): ~330 TFLOPS on the H200.
 //  4. mma.sync, medium tiles with cluster split-K on sm_90 (too few large
-//     tiles, e.g. M = 17..512).
+//     tiles, e.g. M = 17..512) where the wgmma kernel cannot run.
+// The wgmma kernel has three token tiles (256, 128, 64) and its own cluster
+// split-K for grids below a wave.
 // plan_mma / plan_wgmma (kernels/gemm_plan.cpp) estimate 2-4 in one unit of
 // SM time; measured figures are in bench/RESULTS.md.
 #include <algorithm>
@@ -33,7 +35,7 @@ size_t scales_offset(WFormat f, int64_t rows, int64_t cols) {
   return dispatch_format(f, size_t(0), [&](auto t) { return decltype(t)::T::scales_offset(rows, cols); });
 }
 
-cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, cudaStream_t stream) {
+cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks, cudaStream_t stream) {
   wgmma::Args a;
   a.x = k.x;
   a.ldx = k.ldx;
@@ -45,11 +47,13 @@ cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, cudaStr
   a.scale_off = k.scale_off32;
   a.grp = k.grp;
   a.o = k.o;
-  return wgmma::run(a, f, ep, bt, stream);
+  a.chunks_per_split = k.KC;
+  return wgmma::run(a, f, ep, bt, ks, stream);
 }
 
 // The kernel for this shape, format and device (see the top of the file).
-cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, cudaStream_t stream) {
+cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_tile, int wg_splits,
+                cudaStream_t stream) {
   const int M = a.o.M;
   const bool wgmma_format = dispatch_format(f, false, [](auto t) { return decltype(t)::T::kWgmma; });
   if (path == GemmPath::kWgmma && (!wgmma_format || M <= 16)) return cudaErrorNotSupported;
@@ -63,7 +67,9 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, cudaStrea
   if (wgmma_format && path != GemmPath::kMma) {
     if (wgmma::available(dev)) {
       const WgPlan w = plan_wgmma(M, a.o.N, a.KC, dual, sms);
-      if (path == GemmPath::kWgmma || w.t < p.t) return launch_wgmma(a, f, ep, w.bt, stream);
+      if (path == GemmPath::kWgmma || w.t < p.t) {
+        return launch_wgmma(a, f, ep, wg_tile ? wg_tile : w.bt, wg_splits ? wg_splits : w.ks, stream);
+      }
     } else if (path == GemmPath::kWgmma) {
       return cudaErrorNotSupported;
     }
@@ -125,6 +131,14 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   if (g.ldx < K || g.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0) return cudaErrorInvalidValue;
   if (g.ldo < N) return cudaErrorInvalidValue;
   if (g.path != GemmPath::kAuto && g.path != GemmPath::kMma && g.path != GemmPath::kWgmma) return cudaErrorInvalidValue;
+  if ((g.wg_tile != 0 || g.wg_splits != 0) && g.path != GemmPath::kWgmma) return cudaErrorInvalidValue;
+  if (g.wg_tile != 0 && g.wg_tile != wgmma::kTokTileLarge && g.wg_tile != wgmma::kTokTileSmall &&
+      g.wg_tile != wgmma::kTokTileTiny) {
+    return cudaErrorInvalidValue;
+  }
+  if (g.wg_splits != 0 && g.wg_splits != 1 && g.wg_splits != 2 && g.wg_splits != 4 && g.wg_splits != 8) {
+    return cudaErrorInvalidValue;
+  }
   if (int64_t(g.M) * g.ldx >= (int64_t(1) << 31)) return cudaErrorInvalidValue;  // 32-bit activation offsets
   if (dual && (g.w2.data == nullptr || g.w2.fmt != g.w.fmt || g.w2.rows != g.w.rows || g.w2.cols != g.w.cols)) {
     return cudaErrorInvalidValue;
@@ -164,7 +178,7 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   const uintptr_t base = half_out ? reinterpret_cast<uintptr_t>(g.out_h) : reinterpret_cast<uintptr_t>(g.out_f);
   a.o.vec = g.ldo % 2 == 0 && base % (half_out ? 4 : 8) == 0;
 
-  return run(a, g.w.fmt, g.ep, g.path, stream);
+  return run(a, g.w.fmt, g.ep, g.path, g.wg_tile, g.wg_splits, stream);
 }
 
 }  // namespace kern

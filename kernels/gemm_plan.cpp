@@ -41,23 +41,31 @@ Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
 // The wgmma kernel (kernels/gemm_wgmma.cu) in the same units: 128 weight
 // rows x BT tokens per block, one block per SM, its rate relative to the
 // large mma.sync tile: BT = 256 measured 1.94-1.96x at M = 2048 on the H200
-// (bench/RESULTS.md); BT = 128 is still a guess. Each block pays kWgFill
-// chunks of fill: its TMA / mbarrier pipeline, prologue and transposing
-// epilogue cost more than mma.sync's 3 (a K = 1024 GEMM takes ~15 us from
-// one block per SM up to a full wave: bench_gemm, fifth session). With 3,
-// auto took wgmma where mma.sync split-K is 1.3-2x faster (0.6B shapes,
-// M = 128-512).
+// (bench/RESULTS.md); BT = 128 and 64 are still guesses. Each block pays
+// kWgFill chunks of fill: its TMA / mbarrier pipeline, prologue and
+// transposing epilogue cost more than mma.sync's 3 (a K = 1024 GEMM takes
+// ~15 us from one block per SM up to a full wave: bench_gemm, fifth
+// session). With 3, auto took wgmma where mma.sync split-K is 1.3-2x faster
+// (0.6B shapes, M = 128-512). A K split (a cluster of ks blocks) pays
+// kWgReduce chunks more for the reduction through distributed shared memory,
+// and a wave holds only whole clusters.
 WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
-  constexpr double kRate[2] = {1.95, 1.7};  // BT = 256, 128
-  constexpr int kWgFill = 8;
-  WgPlan best{0, 1e300};
-  const int bts[2] = {wgmma::kTokTileLarge, wgmma::kTokTileSmall};
-  for (int i = 0; i < 2; ++i) {
+  constexpr double kRate[3] = {1.95, 1.7, 1.3};  // BT = 256, 128, 64
+  constexpr int kWgFill = 8, kWgReduce = 2;
+  WgPlan best{0, 1, 1e300};
+  const int bts[3] = {wgmma::kTokTileLarge, wgmma::kTokTileSmall, wgmma::kTokTileTiny};
+  for (int i = 0; i < 3; ++i) {
     const int bt = bts[i];
     const int64_t rows = dual ? wgmma::kBlockRows / 2 : wgmma::kBlockRows;
-    const int64_t blocks = ((M + bt - 1) / bt) * ((real_n + rows - 1) / rows);
-    const double t = double((blocks + sms - 1) / sms) * (KC + kWgFill) * (bt * 128.0) / (128.0 * 256.0) / kRate[i];
-    if (t < best.t) best = WgPlan{bt, t};
+    const int64_t tiles = ((M + bt - 1) / bt) * ((real_n + rows - 1) / rows);
+    for (int ks = 1; ks <= 8; ks *= 2) {
+      if (ks > 1 && KC / ks < 4) break;
+      const int64_t per_wave = std::max<int64_t>(1, sms / ks) * ks;
+      const int64_t waves = (tiles * ks + per_wave - 1) / per_wave;
+      const double chunks = double((KC + ks - 1) / ks + kWgFill + (ks > 1 ? kWgReduce : 0));
+      const double t = double(waves) * chunks * (bt * 128.0) / (128.0 * 256.0) / kRate[i];
+      if (t < best.t) best = WgPlan{bt, ks, t};
+    }
   }
   return best;
 }

@@ -12,8 +12,8 @@ namespace kern {
 namespace wgmma {
 // The Hopper GEMM's tiles (kernels/gemm_wgmma.cu), here so that the host-only
 // plan model can see them. Token rows per block: 256 (one m64n256
-// accumulator tile per warpgroup) or 128 (more blocks for short prompts).
-constexpr int kTokTileLarge = 256, kTokTileSmall = 128;
+// accumulator tile per warpgroup), 128 or 64 (short prompts, decode batches).
+constexpr int kTokTileLarge = 256, kTokTileSmall = 128, kTokTileTiny = 64;
 // Weight rows ("virtual" rows: gate and up count separately) per block.
 constexpr int kBlockRows = 128;
 }  // namespace wgmma
@@ -29,9 +29,11 @@ struct Plan {
 // up rows in one block); sms: the device's SM count.
 Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms);
 
-// The wgmma kernel in the same units, with its token tile bt.
+// The wgmma kernel in the same units, with its token tile bt and its number
+// of clustered K splits ks (1, 2, 4, 8).
 struct WgPlan {
   int bt;
+  int ks;
   double t;
 };
 WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, int sms);

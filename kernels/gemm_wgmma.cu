@@ -19,14 +19,23 @@
 //    and its scales (WTraits::wg_frags), decodes the four k steps' A fragments (the mma.sync A
 //    fragment layout is wgmma's per-warp A layout) and issues four
 //    wgmma.m64nBTk16 with B from the swizzled X tile, waits for them and
-//    hands the slot back through its "empty" mbarrier (one arrive per warp).
+//    hands the slot back through its "empty" mbarrier (every consumer thread
+//    arrives after its own reads: the ordering compute-sanitizer's racecheck
+//    can follow; one arrive per warp after a __syncwarp left it reporting
+//    WAR hazards it could not see through).
 //    The two consumer warpgroups interleave: one decodes while the other's
 //    wgmmas run.
 //  - Epilogue: the fp32 accumulators (D = W X^T, weight rows x tokens) go
 //    through shared memory transposed to [token][row], then every consumer
 //    thread stores 4 consecutive output columns of a token row (store2).
 // Grid: x = token blocks (fastest, so co-resident blocks share weight tiles
-// in L2 and walk the same K slice of X), y = weight-row blocks.
+// in L2 and walk the same K slice of X), y = weight-row blocks, z = K splits.
+// Split K (short prompts and decode batches, where x * y is below a wave):
+// the z blocks of a (1, 1, splits) cluster each take a contiguous range of
+// K chunks; after the main loop each writes its partial tile to its own
+// shared memory and, after a cluster barrier, sums BT / splits token rows of
+// every rank's tile through distributed shared memory and stores them. The
+// producer warpgroup stays alive for the cluster barriers.
 #include <algorithm>
 
 #include "kernels/formats/formats.cuh"
@@ -69,6 +78,54 @@ struct Layout {
   static_assert(kStages >= 2, "pipeline needs two stages");
 };
 
+// ---- The producer --------------------------------------------------------------------------
+// One thread keeps kS stages in flight: K chunks c0 .. c0 + nk of the X tile
+// (TMA) and of the block's kVT weight tiles (bulk copies of quant units and
+// scales), each stage completing on its "full" mbarrier.
+template <WFormat F, int BT, bool kDual>
+__device__ __forceinline__ void produce_all(const CUtensorMap& xmap, const Args& a, uint32_t base, uint32_t full0,
+                                            uint32_t empty0) {
+  using L = Layout<F, BT>;
+  constexpr int kS = L::kStages;
+  const int m0 = blockIdx.x * BT;
+  const int c0 = blockIdx.z * a.chunks_per_split, nk = max(0, min(a.KC - c0, a.chunks_per_split));
+  // The block's weight tile v: its matrix, scale offset and tile index there.
+  // Past the last tile a real one is loaded (its rows are not stored).
+  const int r0 = kDual ? blockIdx.y * 4 : blockIdx.y * kVT;
+  auto produce = [&](auto loc) {
+    for (int i = 0; i < nk; ++i) {
+      const int slot = i % kS, kt = c0 + i;
+      if (i >= kS) mbar_wait(empty0 + 8 * slot, ((i / kS) - 1) & 1);
+      const uint32_t st = base + slot * L::kStage, bar = full0 + 8 * slot;
+      mbar_expect_tx(bar, L::kTx);
+      tma_load_2d(st, &xmap, kt * 64, m0, bar);
+#pragma unroll
+      for (int v = 0; v < kVT; ++v) {
+        const WLoc w = loc(v);
+        const uint32_t unit = uint32_t(w.tile) * uint32_t(a.KC) + uint32_t(kt);
+        bulk_load(st + L::kXBytes + v * L::kUnit, w.base + size_t(unit) * L::kUnit, L::kUnit, bar);
+        bulk_load(st + L::kXBytes + L::kQBytes + v * L::kSUnit, w.base + w.soff + size_t(unit) * L::kSUnit,
+                  L::kSUnit, bar);
+      }
+    }
+  };
+  if constexpr (kDual) {
+    produce([&](int v) { return WLoc{v / 4 ? a.w[1] : a.w[0], a.scale_off, min(r0 + v % 4, a.tiles - 1)}; });
+  } else {
+    // One thread with 40 registers (setmaxnreg.dec) issues every copy: the
+    // lookup must not run per copy. A block inside one matrix of the row group
+    // (always for Q | K | V, whose boundaries are multiples of 128 rows) finds
+    // it once; a block across a boundary looks each tile up.
+    const int rl = min(r0 + kVT - 1, a.tiles - 1);
+    const WLoc w0 = locate(a.grp, r0), wl = locate(a.grp, rl);
+    if (wl.base == w0.base && wl.tile - w0.tile == rl - r0) {
+      produce([&](int v) { return WLoc{w0.base, w0.soff, w0.tile + min(r0 + v, a.tiles - 1) - r0}; });
+    } else {
+      produce([&](int v) { return locate(a.grp, min(r0 + v, a.tiles - 1)); });
+    }
+  }
+}
+
 // ---- The kernel ------------------------------------------------------------------------------
 template <WFormat F, int BT, Epilogue EP>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const Args a) {
@@ -82,11 +139,10 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
   const uint32_t full0 = base + L::kRegion, empty0 = full0 + 8 * kS;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int m0 = blockIdx.x * BT;
-  const int nk = a.KC;
 
   if (threadIdx.x == 0) {
     mbar_init_stages(full0, kS, 1);
-    mbar_init_stages(empty0, kS, 4 * kConsumers);  // one arrive per consumer warp
+    mbar_init_stages(empty0, kS, 128 * kConsumers);  // one arrive per consumer thread
     mbar_init_fence();
   }
   __syncthreads();
@@ -94,54 +150,25 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
   if (warp >= 4 * kConsumers) {
     // ---- Producer: one thread keeps kS stages in flight.
     setmaxnreg_dec<kProducerRegs>();
-    if (warp != 4 * kConsumers || lane != 0) return;
-    // The block's weight tile v: its matrix, scale offset and tile index there.
-    // Past the last tile a real one is loaded (its rows are not stored).
-    const int r0 = kDual ? blockIdx.y * 4 : blockIdx.y * kVT;
-    auto produce = [&](auto loc) {
-      for (int kt = 0; kt < nk; ++kt) {
-        const int slot = kt % kS;
-        if (kt >= kS) mbar_wait(empty0 + 8 * slot, ((kt / kS) - 1) & 1);
-        const uint32_t st = base + slot * L::kStage, bar = full0 + 8 * slot;
-        mbar_expect_tx(bar, L::kTx);
-        tma_load_2d(st, &xmap, kt * 64, m0, bar);
-#pragma unroll
-        for (int v = 0; v < kVT; ++v) {
-          const WLoc w = loc(v);
-          const uint32_t unit = uint32_t(w.tile) * uint32_t(a.KC) + uint32_t(kt);
-          bulk_load(st + L::kXBytes + v * L::kUnit, w.base + size_t(unit) * L::kUnit, L::kUnit, bar);
-          bulk_load(st + L::kXBytes + L::kQBytes + v * L::kSUnit, w.base + w.soff + size_t(unit) * L::kSUnit,
-                    L::kSUnit, bar);
-        }
-      }
-    };
-    if (kDual) {
-      produce([&](int v) { return WLoc{v / 4 ? a.w[1] : a.w[0], a.scale_off, min(r0 + v % 4, a.tiles - 1)}; });
-      return;
-    }
-    // One thread with 40 registers (setmaxnreg.dec) issues every copy: the
-    // lookup must not run per copy. A block inside one matrix of the row group
-    // (always for Q | K | V, whose boundaries are multiples of 128 rows) finds
-    // it once; a block across a boundary looks each tile up.
-    const int rl = min(r0 + kVT - 1, a.tiles - 1);
-    const WLoc w0 = locate(a.grp, r0), wl = locate(a.grp, rl);
-    if (wl.base == w0.base && wl.tile - w0.tile == rl - r0) {
-      produce([&](int v) { return WLoc{w0.base, w0.soff, w0.tile + min(r0 + v, a.tiles - 1) - r0}; });
-    } else {
-      produce([&](int v) { return locate(a.grp, min(r0 + v, a.tiles - 1)); });
+    if (warp == 4 * kConsumers && lane == 0) produce_all<F, BT, kDual>(xmap, a, base, full0, empty0);
+    if (gridDim.z > 1) {  // the consumers' two cluster barriers (partials written; partials read)
+      cluster_sync();
+      cluster_sync();
     }
     return;
   }
 
-  // ---- Consumers.
+  // ---- Consumers: K chunks c0 .. c0 + nk (a cluster rank's split of K).
   setmaxnreg_inc<kConsumerRegs>();
+  const int c0 = blockIdx.z * a.chunks_per_split, nk = max(0, min(a.KC - c0, a.chunks_per_split));
+  const bool split = gridDim.z > 1;
   const int v = warp;  // the warp's weight tile in the block (4 * warpgroup + warp % 4)
   float acc[BT / 2];
 #pragma unroll
   for (int i = 0; i < BT / 2; ++i) acc[i] = 0.0f;
-  for (int kt = 0; kt < nk; ++kt) {
-    const int slot = kt % kS;
-    mbar_wait(full0 + 8 * slot, (kt / kS) & 1);
+  for (int i = 0; i < nk; ++i) {
+    const int slot = i % kS;
+    mbar_wait(full0 + 8 * slot, (i / kS) & 1);
     const uint32_t st = base + slot * L::kStage;
     uint32_t A[4][4];
     WTraits<F>::wg_frags(st + L::kXBytes + v * L::kUnit, st + L::kXBytes + L::kQBytes + v * L::kSUnit,
@@ -162,11 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
     // ptxas from serializing the wgmmas (C7513: registers defined while a
     // group is in flight); the other warpgroup's group covers the gap.
     wgmma_wait<0>();
-    // Every lane's reads of the slot (wg_frags) before lane 0 hands it back:
-    // without it compute-sanitizer's racecheck reported WAR hazards between
-    // lanes 1..31's LDS and the producer's next bulk copy into the slot.
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty0 + 8 * slot);
+    mbar_arrive(empty0 + 8 * slot);  // this thread's reads of the slot are done
   }
 #pragma unroll
   for (int i = 0; i < BT / 2; ++i) fence_reg(acc[i]);
@@ -182,28 +205,47 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
 #pragma unroll
       for (int e = 0; e < 4; ++e) red[(8 * j + 2 * t + (e & 1)) * kLdr + row + 8 * (e >> 1)] = acc[4 * j + e];
   }
-  named_sync(1, 128 * kConsumers);
   constexpr int kRealCols = kDual ? kBlockRows / 2 : kBlockRows;
   constexpr int kQuads = kRealCols / 4;
   const int n0 = blockIdx.y * kRealCols;
-  for (int e = threadIdx.x; e < BT * kQuads; e += 128 * kConsumers) {
-    const int ml = e / kQuads, c = (e % kQuads) * 4;
+  // Token rows ml0 .. ml0 + rows of the tile: this block's own (unsplit), or
+  // its share of the sum over the cluster's ranks.
+  const int ranks = gridDim.z, rows = BT / ranks, ml0 = blockIdx.z * rows;
+  if (split) {
+    cluster_sync();  // every rank's partial tile written
+  } else {
+    named_sync(1, 128 * kConsumers);
+  }
+  auto load4 = [&](int off) {
+    float4 x = *reinterpret_cast<const float4*>(red + off);
+    if (split) {
+      x = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int r = 0; r < ranks; ++r) {
+        const float4 y = *reinterpret_cast<const float4*>(cluster_peer(red, uint32_t(r)) + off);
+        x.x += y.x, x.y += y.y, x.z += y.z, x.w += y.w;
+      }
+    }
+    return x;
+  };
+  for (int e = threadIdx.x; e < rows * kQuads; e += 128 * kConsumers) {
+    const int ml = ml0 + e / kQuads, c = (e % kQuads) * 4;
     const int m = m0 + ml;
     if (m >= a.o.M) break;  // rows only grow with e
-    float4 x = *reinterpret_cast<const float4*>(red + ml * kLdr + c);
+    float4 x = load4(ml * kLdr + c);
     if (kDual) {
-      const float4 u = *reinterpret_cast<const float4*>(red + ml * kLdr + kRealCols + c);
+      const float4 u = load4(ml * kLdr + kRealCols + c);
       x.x = silu(x.x) * u.x, x.y = silu(x.y) * u.y, x.z = silu(x.z) * u.z, x.w = silu(x.w) * u.w;
     }
     store2<EP>(a.o, m, n0 + c, x.x, x.y);
     store2<EP>(a.o, m, n0 + c + 2, x.z, x.w);
   }
+  if (split) cluster_sync();  // the peers' tiles stay alive until every rank has read them
 #endif
 }
 
 // ---- Host side ------------------------------------------------------------------------------
 template <WFormat F, int BT, Epilogue EP>
-cudaError_t launch(const Args& a, cudaStream_t stream) {
+cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   using L = Layout<F, BT>;
   auto kernel = wgmma_kernel<F, BT, EP>;
   int dev = 0;
@@ -220,8 +262,32 @@ cudaError_t launch(const Args& a, cudaStream_t stream) {
   }
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   const int tiles_per_block = kDual ? kVT / 2 : kVT;
-  const dim3 grid((a.o.M + BT - 1) / BT, (a.tiles + tiles_per_block - 1) / tiles_per_block);
-  kernel<<<grid, kThreads, L::kBytes, stream>>>(map, a);
+  const dim3 grid((a.o.M + BT - 1) / BT, (a.tiles + tiles_per_block - 1) / tiles_per_block, splits);
+  Args args = a;
+  args.chunks_per_split = (a.KC + splits - 1) / splits;
+  if (splits == 1) {
+    kernel<<<grid, kThreads, L::kBytes, stream>>>(map, args);
+    return cudaGetLastError();
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = L::kBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = unsigned(splits);
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  e = cudaLaunchKernelEx(&cfg, kernel, map, args);
+  if (e == cudaSuccess) return cudaGetLastError();
+  // A cluster that cannot be scheduled is a launch-configuration error (not
+  // sticky): run unsplit rather than fail the forward pass.
+  (void)cudaGetLastError();
+  args.chunks_per_split = a.KC;
+  kernel<<<dim3(grid.x, grid.y, 1), kThreads, L::kBytes, stream>>>(map, args);
   return cudaGetLastError();
 }
 
@@ -237,10 +303,10 @@ bool available(int dev) {
 #endif
 }
 
-cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, cudaStream_t stream) {
+cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, cudaStream_t stream) {
 #if defined(QSP_WGMMA)
-  if (tok_tile != kTokTileLarge && tok_tile != kTokTileSmall) return cudaErrorInvalidValue;
-  const bool large = tok_tile == kTokTileLarge;
+  if (tok_tile != kTokTileLarge && tok_tile != kTokTileSmall && tok_tile != kTokTileTiny) return cudaErrorInvalidValue;
+  if (splits != 1 && splits != 2 && splits != 4 && splits != 8) return cudaErrorInvalidValue;
   return dispatch_format(fmt, cudaErrorNotSupported, [&](auto f) {
     using T = typename decltype(f)::T;
     if constexpr (!T::kWgmma) {
@@ -249,12 +315,14 @@ cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, cudaStrea
       constexpr WFormat F = decltype(f)::kFormat;
       return dispatch_epilogue(ep, [&](auto e) {
         constexpr Epilogue EP = decltype(e)::value;
-        return large ? launch<F, kTokTileLarge, EP>(a, stream) : launch<F, kTokTileSmall, EP>(a, stream);
+        if (tok_tile == kTokTileLarge) return launch<F, kTokTileLarge, EP>(a, splits, stream);
+        if (tok_tile == kTokTileSmall) return launch<F, kTokTileSmall, EP>(a, splits, stream);
+        return launch<F, kTokTileTiny, EP>(a, splits, stream);
       });
     }
   });
 #else
-  (void)a, (void)fmt, (void)ep, (void)tok_tile, (void)stream;
+  (void)a, (void)fmt, (void)ep, (void)tok_tile, (void)splits, (void)stream;
   return cudaErrorNotSupported;
 #endif
 }

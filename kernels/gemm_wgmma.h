@@ -26,9 +26,10 @@ struct Args {
   uint32_t scale_off;     // byte offset of the scale array (kSwiGLU: of w[0] and w[1])
   WGroup grp;             // other epilogues: the row groups of W
   OutArgs o;
+  int32_t chunks_per_split;  // set by run(): K chunks per cluster rank
 };
 
-// The tile constants kTokTileLarge / kTokTileSmall (token rows per block) and
+// The tile constants kTokTileLarge / kTokTileSmall / kTokTileTiny (token rows per block) and
 // kBlockRows (weight rows per block) are in kernels/gemm_plan.h, where the
 // host-only plan model sees them.
 
@@ -36,8 +37,10 @@ struct Args {
 bool available(int dev);
 
 // Launches Y = X W^T with epilogue ep; fmt is a format with kWgmma
-// (cudaErrorNotSupported otherwise).
-cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, cudaStream_t stream);
+// (cudaErrorNotSupported otherwise). tok_tile: one of the token tiles;
+// splits: 1, 2, 4 or 8 clustered K splits (a cluster that cannot be
+// scheduled runs unsplit).
+cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, cudaStream_t stream);
 
 }  // namespace wgmma
 }  // namespace kern

@@ -36,14 +36,15 @@ inline const char* ep_name(Epilogue ep) {
 inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, Epilogue ep, int ldo,
                        const std::vector<int>& rows, const std::vector<float>& ref, const std::vector<float>* ref2,
                        uint64_t seed, GemmPath path = GemmPath::kAuto, const OpWeight* cat0 = nullptr,
-                       const OpWeight* cat1 = nullptr) {
+                       const OpWeight* cat1 = nullptr, int wg_tile = 0, int wg_splits = 0) {
   const int M = x.M;
   const int64_t N = w.N + (cat0 ? cat0->N : 0) + (cat1 ? cat1->N : 0);
   const bool half_out = ep == Epilogue::kStoreF16 || ep == Epilogue::kSwiGLU;
   const size_t esz = half_out ? 2 : 4;
   const size_t count = size_t(M) * size_t(ldo);
   INFO("gemm " << N << "x" << w.K << (cat0 ? " (row groups)" : "") << " dtype " << qsp_dtype_name(w.dtype)
-               << " M=" << M << " ldx=" << x.ldx << " ldo=" << ldo << " " << ep_name(ep) << " path " << int(path));
+               << " M=" << M << " ldx=" << x.ldx << " ldo=" << ldo << " " << ep_name(ep) << " path " << int(path)
+               << " wgmma tile " << wg_tile << " splits " << wg_splits);
 
   // Initial output bytes: NaN poison, or random residuals for kAddF32.
   std::vector<uint8_t> init(count * esz, 0xff);
@@ -66,6 +67,8 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
   a.out_f = half_out ? nullptr : out.as<float>();
   a.ldo = ldo;
   a.path = path;
+  a.wg_tile = wg_tile;
+  a.wg_splits = wg_splits;
   if (cat0) a.wcat[0] = cat0->dw;
   if (cat1) a.wcat[1] = cat1->dw;
   CUDA_REQUIRE(qsp::kern::gemm(a, nullptr));
@@ -133,6 +136,27 @@ inline void gemm_sweep(const OpWeight& w, const OpWeight& w2, const std::vector<
       ++variant;
       check_gemm(w, &w2, x, ep, int(w.N) + pad, rows, ref, &ref2, seed + variant, path);
     }
+  }
+}
+
+// The wgmma kernel with each of its token tiles and K splits forced (every
+// epilogue for each M; the references computed once per M).
+inline void gemm_sweep_wgmma_configs(const OpWeight& w, const OpWeight& w2, const std::vector<int>& Ms, uint64_t seed,
+                                     const std::vector<int>& tiles, const std::vector<int>& splits) {
+  int variant = 0, mi = 0;
+  for (int M : Ms) {
+    const int ldx = int(w.K) + (mi++ % 2 ? 8 : 0);
+    OpActs x(M, int(w.K), ldx, seed + 1000 + M);
+    const std::vector<int> rows = sample_rows(M);
+    const std::vector<float> ref = cpu_matmul(w, x, rows), ref2 = cpu_matmul(w2, x, rows);
+    for (int bt : tiles)
+      for (int ks : splits)
+        for (Epilogue ep : {Epilogue::kStoreF16, Epilogue::kStoreF32, Epilogue::kAddF32, Epilogue::kSwiGLU}) {
+          const int pad = variant % 3 == 0 ? 0 : variant % 3 == 1 ? 8 : 1;
+          ++variant;
+          check_gemm(w, &w2, x, ep, int(w.N) + pad, rows, ref, &ref2, seed + variant, GemmPath::kWgmma, nullptr,
+                     nullptr, bt, ks);
+        }
   }
 }
 
