@@ -11,18 +11,16 @@
 //    rows in warpgroup 0 and the same 64 up rows in warpgroup 1) and BT
 //    token rows (256 or 128). Warp q of warpgroup w owns the 16-row weight
 //    tile 4w + q, which is exactly one tile of the layout of qweight.cuh.
-//  - Per 64-wide K chunk (one pipeline stage): one producer thread issues
-//    one TMA copy of the X tile [BT][64] fp16 (128-byte swizzle) and 16 bulk
-//    copies of the weight tiles' quant units and scales, all completing on
-//    the stage's "full" mbarrier.
+//  - Per 64-wide K chunk (one pipeline stage): the producer warp issues one
+//    TMA copy of the X tile [BT][64] fp16 (128-byte swizzle) and 16 bulk
+//    copies of the weight tiles' quant units and scales (one per lane), all
+//    completing on the stage's "full" mbarrier.
 //  - A consumer warp reads its lane word (one LDS.128 for Q4_0, two for Q8_0)
 //    and its scales (WTraits::wg_frags), decodes the four k steps' A fragments (the mma.sync A
 //    fragment layout is wgmma's per-warp A layout) and issues four
 //    wgmma.m64nBTk16 with B from the swizzled X tile, waits for them and
-//    hands the slot back through its "empty" mbarrier (every consumer thread
-//    arrives after its own reads: the ordering compute-sanitizer's racecheck
-//    can follow; one arrive per warp after a __syncwarp left it reporting
-//    WAR hazards it could not see through).
+//    hands the slot back through its "empty" mbarrier (one arrive per
+//    warpgroup after a named barrier of its 128 threads).
 //    The two consumer warpgroups interleave: one decodes while the other's
 //    wgmmas run.
 //  - Epilogue: the fp32 accumulators (D = W X^T, weight rows x tokens) go
@@ -79,9 +77,12 @@ struct Layout {
 };
 
 // ---- The producer --------------------------------------------------------------------------
-// One thread keeps kS stages in flight: K chunks c0 .. c0 + nk of the X tile
-// (TMA) and of the block's kVT weight tiles (bulk copies of quant units and
-// scales), each stage completing on its "full" mbarrier.
+// One warp keeps kS stages in flight: K chunks c0 .. c0 + nk of the X tile
+// (TMA, lane 0, after it set the stage's expected bytes) and of the block's
+// kVT weight tiles (bulk copies of quant units, lanes 0..kVT-1, and of their
+// scales, lanes kVT..2 kVT-1), each stage completing on its "full" mbarrier.
+// One thread issuing all 17 copies made a stage cost ~0.4 us at the small
+// token tiles, where the consumers need much less.
 template <WFormat F, int BT, bool kDual>
 __device__ __forceinline__ void produce_all(const CUtensorMap& xmap, const Args& a, uint32_t base, uint32_t full0,
                                             uint32_t empty0) {
@@ -92,37 +93,31 @@ __device__ __forceinline__ void produce_all(const CUtensorMap& xmap, const Args&
   // The block's weight tile v: its matrix, scale offset and tile index there.
   // Past the last tile a real one is loaded (its rows are not stored).
   const int r0 = kDual ? blockIdx.y * 4 : blockIdx.y * kVT;
+  const int lane = threadIdx.x & 31, v = lane % kVT;
   auto produce = [&](auto loc) {
+    const WLoc w = loc(v);  // this lane's weight tile
     for (int i = 0; i < nk; ++i) {
       const int slot = i % kS, kt = c0 + i;
       if (i >= kS) mbar_wait(empty0 + 8 * slot, ((i / kS) - 1) & 1);
       const uint32_t st = base + slot * L::kStage, bar = full0 + 8 * slot;
-      mbar_expect_tx(bar, L::kTx);
-      tma_load_2d(st, &xmap, kt * 64, m0, bar);
-#pragma unroll
-      for (int v = 0; v < kVT; ++v) {
-        const WLoc w = loc(v);
-        const uint32_t unit = uint32_t(w.tile) * uint32_t(a.KC) + uint32_t(kt);
+      if (lane == 0) {
+        mbar_expect_tx(bar, L::kTx);
+        tma_load_2d(st, &xmap, kt * 64, m0, bar);
+      }
+      __syncwarp();  // the expected bytes are set before any copy lands
+      const uint32_t unit = uint32_t(w.tile) * uint32_t(a.KC) + uint32_t(kt);
+      if (lane < kVT) {
         bulk_load(st + L::kXBytes + v * L::kUnit, w.base + size_t(unit) * L::kUnit, L::kUnit, bar);
+      } else if (lane < 2 * kVT) {
         bulk_load(st + L::kXBytes + L::kQBytes + v * L::kSUnit, w.base + w.soff + size_t(unit) * L::kSUnit,
                   L::kSUnit, bar);
       }
     }
   };
   if constexpr (kDual) {
-    produce([&](int v) { return WLoc{v / 4 ? a.w[1] : a.w[0], a.scale_off, min(r0 + v % 4, a.tiles - 1)}; });
+    produce([&](int t) { return WLoc{t / 4 ? a.w[1] : a.w[0], a.scale_off, min(r0 + t % 4, a.tiles - 1)}; });
   } else {
-    // One thread with 40 registers (setmaxnreg.dec) issues every copy: the
-    // lookup must not run per copy. A block inside one matrix of the row group
-    // (always for Q | K | V, whose boundaries are multiples of 128 rows) finds
-    // it once; a block across a boundary looks each tile up.
-    const int rl = min(r0 + kVT - 1, a.tiles - 1);
-    const WLoc w0 = locate(a.grp, r0), wl = locate(a.grp, rl);
-    if (wl.base == w0.base && wl.tile - w0.tile == rl - r0) {
-      produce([&](int v) { return WLoc{w0.base, w0.soff, w0.tile + min(r0 + v, a.tiles - 1) - r0}; });
-    } else {
-      produce([&](int v) { return locate(a.grp, min(r0 + v, a.tiles - 1)); });
-    }
+    produce([&](int t) { return locate(a.grp, min(r0 + t, a.tiles - 1)); });  // once per lane
   }
 }
 
@@ -142,15 +137,15 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
 
   if (threadIdx.x == 0) {
     mbar_init_stages(full0, kS, 1);
-    mbar_init_stages(empty0, kS, 128 * kConsumers);  // one arrive per consumer thread
+    mbar_init_stages(empty0, kS, kConsumers);  // one arrive per consumer warpgroup
     mbar_init_fence();
   }
   __syncthreads();
 
   if (warp >= 4 * kConsumers) {
-    // ---- Producer: one thread keeps kS stages in flight.
+    // ---- Producer: one warp keeps kS stages in flight.
     setmaxnreg_dec<kProducerRegs>();
-    if (warp == 4 * kConsumers && lane == 0) produce_all<F, BT, kDual>(xmap, a, base, full0, empty0);
+    if (warp == 4 * kConsumers) produce_all<F, BT, kDual>(xmap, a, base, full0, empty0);
     if (gridDim.z > 1) {  // the consumers' two cluster barriers (partials written; partials read)
       cluster_sync();
       cluster_sync();
@@ -189,7 +184,12 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
     // ptxas from serializing the wgmmas (C7513: registers defined while a
     // group is in flight); the other warpgroup's group covers the gap.
     wgmma_wait<0>();
-    mbar_arrive(empty0 + 8 * slot);  // this thread's reads of the slot are done
+    // The warpgroup's reads of the slot are done: one thread hands it back.
+    // (A named barrier rather than __syncwarp + an arrive per warp: racecheck
+    // follows it to the arriving thread; an arrive by every thread, which it
+    // also follows, cost 20% at M = 2048: 256 arrivals on one mbarrier.)
+    named_sync(2 + warp / 4, 128);
+    if ((threadIdx.x & 127) == 0) mbar_arrive(empty0 + 8 * slot);
   }
 #pragma unroll
   for (int i = 0; i < BT / 2; ++i) fence_reg(acc[i]);
