@@ -313,7 +313,7 @@ int run(int argc, char** argv) {
         if (sweep && M > 16 && f != WFormat::kF16) {
           // Every wgmma token tile x K split forced, TFLOPS (- where it cannot run).
           std::printf("%-10s %-12s %5d %-5s   wgmma tile/splits:", sh.what, nk, M, fname);
-          for (int bt : {256, 128, 64})
+          for (int bt : {256, 128})
             for (int ks : {1, 2, 4, 8}) {
               qsp::kern::GemmArgs p = a;
               p.path = qsp::kern::GemmPath::kWgmma;

@@ -40,27 +40,34 @@ Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
 
 // The wgmma kernel (kernels/gemm_wgmma.cu) in the same units: 128 weight
 // rows x BT tokens per block, one block per SM, its rate relative to the
-// large mma.sync tile: BT = 256 measured 1.94-1.96x at M = 2048 on the H200
-// (bench/RESULTS.md); BT = 128 and 64 are still guesses. Each block pays
-// kWgFill chunks of fill: its TMA / mbarrier pipeline, prologue and
-// transposing epilogue cost more than mma.sync's 3 (a K = 1024 GEMM takes
-// ~15 us from one block per SM up to a full wave: bench_gemm, fifth
-// session). With 3, auto took wgmma where mma.sync split-K is 1.3-2x faster
-// (0.6B shapes, M = 128-512). A K split (a cluster of ks blocks) pays
-// kWgReduce chunks more for the reduction through distributed shared memory,
-// and a wave holds only whole clusters.
+// large mma.sync tile. Measured with every tile / split forced
+// (bench_gemm --sweep, H200, eighth session; bench/RESULTS.md): per block, a
+// 256-token K chunk takes 1 / 1.95 of a large mma.sync chunk, a 128-token
+// chunk ~0.85 of the 256-token one (not half: below 256 tokens a chunk costs
+// the pipeline's latency), so the 128 tile's rate is 1.95 * 0.5 / 0.85.
+// Each block pays kWgFill chunks of fill: its TMA / mbarrier pipeline,
+// prologue and transposing epilogue (a K = 1024 GEMM takes ~15 us from one
+// block per SM up to a full wave: bench_gemm, fifth session). A K split (a
+// cluster of ks blocks) pays kWgReduce chunks more for the reduction through
+// distributed shared memory, and a wave holds whole clusters only. Checked
+// against the sweep: 8B q/o at M = 512 predicts 256/2 1.71x faster than
+// 256/1 (measured 1.64x) and 1.47x faster than 128/1 (1.43x); 0.6B down
+// (1024 x 3072) at M = 128 128/8 1.38x faster than 128/4 (1.38x), at
+// M = 512 256/8 1.45x slower than 256/4 (1.37x).
 WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
-  constexpr double kRate[3] = {1.95, 1.7, 1.3};  // BT = 256, 128, 64
+  constexpr double kRate[2] = {1.95, 1.14};  // BT = 256, 128
   constexpr int kWgFill = 8, kWgReduce = 2;
   WgPlan best{0, 1, 1e300};
-  const int bts[3] = {wgmma::kTokTileLarge, wgmma::kTokTileSmall, wgmma::kTokTileTiny};
-  for (int i = 0; i < 3; ++i) {
+  const int bts[2] = {wgmma::kTokTileLarge, wgmma::kTokTileSmall};
+  for (int i = 0; i < 2; ++i) {
     const int bt = bts[i];
     const int64_t rows = dual ? wgmma::kBlockRows / 2 : wgmma::kBlockRows;
     const int64_t tiles = ((M + bt - 1) / bt) * ((real_n + rows - 1) / rows);
     for (int ks = 1; ks <= 8; ks *= 2) {
       if (ks > 1 && KC / ks < 4) break;
-      const int64_t per_wave = std::max<int64_t>(1, sms / ks) * ks;
+      // Clusters are placed inside one GPC (16-18 SMs on the H200): clusters
+      // of 8 leave SMs idle; the sweep fits ~3/4 of the SMs per wave.
+      const int64_t per_wave = std::max<int64_t>(1, (ks == 8 ? sms * 3 / 4 : sms) / ks) * ks;
       const int64_t waves = (tiles * ks + per_wave - 1) / per_wave;
       const double chunks = double((KC + ks - 1) / ks + kWgFill + (ks > 1 ? kWgReduce : 0));
       const double t = double(waves) * chunks * (bt * 128.0) / (128.0 * 256.0) / kRate[i];

@@ -12,8 +12,11 @@ namespace kern {
 namespace wgmma {
 // The Hopper GEMM's tiles (kernels/gemm_wgmma.cu), here so that the host-only
 // plan model can see them. Token rows per block: 256 (one m64n256
-// accumulator tile per warpgroup), 128 or 64 (short prompts, decode batches).
-constexpr int kTokTileLarge = 256, kTokTileSmall = 128, kTokTileTiny = 64;
+// accumulator tile per warpgroup) or 128 (more blocks for short prompts).
+// (A 64-token tile was measured no faster than 128 per block: below 256 a
+// K chunk costs the pipeline's latency, ~0.7 of the 256 tile's time, on the
+// H200; bench/RESULTS.md, eighth session.)
+constexpr int kTokTileLarge = 256, kTokTileSmall = 128;
 // Weight rows ("virtual" rows: gate and up count separately) per block.
 constexpr int kBlockRows = 128;
 }  // namespace wgmma

@@ -11,16 +11,15 @@
 //    rows in warpgroup 0 and the same 64 up rows in warpgroup 1) and BT
 //    token rows (256 or 128). Warp q of warpgroup w owns the 16-row weight
 //    tile 4w + q, which is exactly one tile of the layout of qweight.cuh.
-//  - Per 64-wide K chunk (one pipeline stage): the producer warp issues one
-//    TMA copy of the X tile [BT][64] fp16 (128-byte swizzle) and 16 bulk
-//    copies of the weight tiles' quant units and scales (one per lane), all
-//    completing on the stage's "full" mbarrier.
+//  - Per 64-wide K chunk (one pipeline stage): one producer thread issues
+//    one TMA copy of the X tile [BT][64] fp16 (128-byte swizzle) and 16 bulk
+//    copies of the weight tiles' quant units and scales, all completing on
+//    the stage's "full" mbarrier.
 //  - A consumer warp reads its lane word (one LDS.128 for Q4_0, two for Q8_0)
 //    and its scales (WTraits::wg_frags), decodes the four k steps' A fragments (the mma.sync A
 //    fragment layout is wgmma's per-warp A layout) and issues four
 //    wgmma.m64nBTk16 with B from the swizzled X tile, waits for them and
-//    hands the slot back through its "empty" mbarrier (one arrive per
-//    warpgroup after a named barrier of its 128 threads).
+//    hands the slot back through its "empty" mbarrier (one arrive per warp).
 //    The two consumer warpgroups interleave: one decodes while the other's
 //    wgmmas run.
 //  - Epilogue: the fp32 accumulators (D = W X^T, weight rows x tokens) go
@@ -28,12 +27,13 @@
 //    thread stores 4 consecutive output columns of a token row (store2).
 // Grid: x = token blocks (fastest, so co-resident blocks share weight tiles
 // in L2 and walk the same K slice of X), y = weight-row blocks, z = K splits.
-// Split K (short prompts and decode batches, where x * y is below a wave):
-// the z blocks of a (1, 1, splits) cluster each take a contiguous range of
-// K chunks; after the main loop each writes its partial tile to its own
-// shared memory and, after a cluster barrier, sums BT / splits token rows of
-// every rank's tile through distributed shared memory and stores them. The
-// producer warpgroup stays alive for the cluster barriers.
+// Split K (kSplit; grids below a wave: short prompts, small N): the z blocks
+// of a (1, 1, splits) cluster each take a contiguous range of K chunks;
+// after the main loop each writes its partial tile to its own shared memory
+// and, after a cluster barrier, sums BT / splits token rows of every rank's
+// tile through distributed shared memory and stores them. The producer
+// warpgroup stays alive for the cluster barriers. A separate instantiation:
+// the split code in the one kernel cost the unsplit path ~5-15% at M = 2048.
 #include <algorithm>
 
 #include "kernels/formats/formats.cuh"
@@ -76,53 +76,8 @@ struct Layout {
   static_assert(kStages >= 2, "pipeline needs two stages");
 };
 
-// ---- The producer --------------------------------------------------------------------------
-// One warp keeps kS stages in flight: K chunks c0 .. c0 + nk of the X tile
-// (TMA, lane 0, after it set the stage's expected bytes) and of the block's
-// kVT weight tiles (bulk copies of quant units, lanes 0..kVT-1, and of their
-// scales, lanes kVT..2 kVT-1), each stage completing on its "full" mbarrier.
-// One thread issuing all 17 copies made a stage cost ~0.4 us at the small
-// token tiles, where the consumers need much less.
-template <WFormat F, int BT, bool kDual>
-__device__ __forceinline__ void produce_all(const CUtensorMap& xmap, const Args& a, uint32_t base, uint32_t full0,
-                                            uint32_t empty0) {
-  using L = Layout<F, BT>;
-  constexpr int kS = L::kStages;
-  const int m0 = blockIdx.x * BT;
-  const int c0 = blockIdx.z * a.chunks_per_split, nk = max(0, min(a.KC - c0, a.chunks_per_split));
-  // The block's weight tile v: its matrix, scale offset and tile index there.
-  // Past the last tile a real one is loaded (its rows are not stored).
-  const int r0 = kDual ? blockIdx.y * 4 : blockIdx.y * kVT;
-  const int lane = threadIdx.x & 31, v = lane % kVT;
-  auto produce = [&](auto loc) {
-    const WLoc w = loc(v);  // this lane's weight tile
-    for (int i = 0; i < nk; ++i) {
-      const int slot = i % kS, kt = c0 + i;
-      if (i >= kS) mbar_wait(empty0 + 8 * slot, ((i / kS) - 1) & 1);
-      const uint32_t st = base + slot * L::kStage, bar = full0 + 8 * slot;
-      if (lane == 0) {
-        mbar_expect_tx(bar, L::kTx);
-        tma_load_2d(st, &xmap, kt * 64, m0, bar);
-      }
-      __syncwarp();  // the expected bytes are set before any copy lands
-      const uint32_t unit = uint32_t(w.tile) * uint32_t(a.KC) + uint32_t(kt);
-      if (lane < kVT) {
-        bulk_load(st + L::kXBytes + v * L::kUnit, w.base + size_t(unit) * L::kUnit, L::kUnit, bar);
-      } else if (lane < 2 * kVT) {
-        bulk_load(st + L::kXBytes + L::kQBytes + v * L::kSUnit, w.base + w.soff + size_t(unit) * L::kSUnit,
-                  L::kSUnit, bar);
-      }
-    }
-  };
-  if constexpr (kDual) {
-    produce([&](int t) { return WLoc{t / 4 ? a.w[1] : a.w[0], a.scale_off, min(r0 + t % 4, a.tiles - 1)}; });
-  } else {
-    produce([&](int t) { return locate(a.grp, min(r0 + t, a.tiles - 1)); });  // once per lane
-  }
-}
-
 // ---- The kernel ------------------------------------------------------------------------------
-template <WFormat F, int BT, Epilogue EP>
+template <WFormat F, int BT, Epilogue EP, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = Layout<F, BT>;
@@ -134,36 +89,73 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
   const uint32_t full0 = base + L::kRegion, empty0 = full0 + 8 * kS;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int m0 = blockIdx.x * BT;
+  // K chunks c0 .. c0 + nk: all of K, or this cluster rank's range.
+  const int c0 = kSplit ? int(blockIdx.z) * a.chunks_per_split : 0;
+  const int nk = kSplit ? max(0, min(a.KC - c0, a.chunks_per_split)) : a.KC;
 
   if (threadIdx.x == 0) {
     mbar_init_stages(full0, kS, 1);
-    mbar_init_stages(empty0, kS, kConsumers);  // one arrive per consumer warpgroup
+    mbar_init_stages(empty0, kS, 4 * kConsumers);  // one arrive per consumer warp
     mbar_init_fence();
   }
   __syncthreads();
 
   if (warp >= 4 * kConsumers) {
-    // ---- Producer: one warp keeps kS stages in flight.
+    // ---- Producer: one thread keeps kS stages in flight.
     setmaxnreg_dec<kProducerRegs>();
-    if (warp == 4 * kConsumers) produce_all<F, BT, kDual>(xmap, a, base, full0, empty0);
-    if (gridDim.z > 1) {  // the consumers' two cluster barriers (partials written; partials read)
+    if (warp == 4 * kConsumers && lane == 0) {
+      // The block's weight tile v: its matrix, scale offset and tile index
+      // there. Past the last tile a real one is loaded (its rows are not stored).
+      const int r0 = kDual ? blockIdx.y * 4 : blockIdx.y * kVT;
+      auto produce = [&](auto loc) {
+        for (int kt = 0; kt < nk; ++kt) {
+          const int slot = kt % kS;
+          if (kt >= kS) mbar_wait(empty0 + 8 * slot, ((kt / kS) - 1) & 1);
+          const uint32_t st = base + slot * L::kStage, bar = full0 + 8 * slot;
+          mbar_expect_tx(bar, L::kTx);
+          tma_load_2d(st, &xmap, (c0 + kt) * 64, m0, bar);
+#pragma unroll
+          for (int v = 0; v < kVT; ++v) {
+            const WLoc w = loc(v);
+            const uint32_t unit = uint32_t(w.tile) * uint32_t(a.KC) + uint32_t(c0 + kt);
+            bulk_load(st + L::kXBytes + v * L::kUnit, w.base + size_t(unit) * L::kUnit, L::kUnit, bar);
+            bulk_load(st + L::kXBytes + L::kQBytes + v * L::kSUnit, w.base + w.soff + size_t(unit) * L::kSUnit,
+                      L::kSUnit, bar);
+          }
+        }
+      };
+      if (kDual) {
+        produce([&](int v) { return WLoc{v / 4 ? a.w[1] : a.w[0], a.scale_off, min(r0 + v % 4, a.tiles - 1)}; });
+      } else {
+        // One thread with 40 registers (setmaxnreg.dec) issues every copy:
+        // the lookup must not run per copy. A block inside one matrix of the
+        // row group (always for Q | K | V, whose boundaries are multiples of
+        // 128 rows) finds it once; a block across a boundary looks each tile up.
+        const int rl = min(r0 + kVT - 1, a.tiles - 1);
+        const WLoc w0 = locate(a.grp, r0), wl = locate(a.grp, rl);
+        if (wl.base == w0.base && wl.tile - w0.tile == rl - r0) {
+          produce([&](int v) { return WLoc{w0.base, w0.soff, w0.tile + min(r0 + v, a.tiles - 1) - r0}; });
+        } else {
+          produce([&](int v) { return locate(a.grp, min(r0 + v, a.tiles - 1)); });
+        }
+      }
+    }
+    if (kSplit) {  // the consumers' two cluster barriers (partials written; partials read)
       cluster_sync();
       cluster_sync();
     }
     return;
   }
 
-  // ---- Consumers: K chunks c0 .. c0 + nk (a cluster rank's split of K).
+  // ---- Consumers.
   setmaxnreg_inc<kConsumerRegs>();
-  const int c0 = blockIdx.z * a.chunks_per_split, nk = max(0, min(a.KC - c0, a.chunks_per_split));
-  const bool split = gridDim.z > 1;
   const int v = warp;  // the warp's weight tile in the block (4 * warpgroup + warp % 4)
   float acc[BT / 2];
 #pragma unroll
   for (int i = 0; i < BT / 2; ++i) acc[i] = 0.0f;
-  for (int i = 0; i < nk; ++i) {
-    const int slot = i % kS;
-    mbar_wait(full0 + 8 * slot, (i / kS) & 1);
+  for (int kt = 0; kt < nk; ++kt) {
+    const int slot = kt % kS;
+    mbar_wait(full0 + 8 * slot, (kt / kS) & 1);
     const uint32_t st = base + slot * L::kStage;
     uint32_t A[4][4];
     WTraits<F>::wg_frags(st + L::kXBytes + v * L::kUnit, st + L::kXBytes + L::kQBytes + v * L::kSUnit,
@@ -184,12 +176,11 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
     // ptxas from serializing the wgmmas (C7513: registers defined while a
     // group is in flight); the other warpgroup's group covers the gap.
     wgmma_wait<0>();
-    // The warpgroup's reads of the slot are done: one thread hands it back.
-    // (A named barrier rather than __syncwarp + an arrive per warp: racecheck
-    // follows it to the arriving thread; an arrive by every thread, which it
-    // also follows, cost 20% at M = 2048: 256 arrivals on one mbarrier.)
-    named_sync(2 + warp / 4, 128);
-    if ((threadIdx.x & 127) == 0) mbar_arrive(empty0 + 8 * slot);
+    // Every lane's reads of the slot (wg_frags) before lane 0 hands it back:
+    // without it compute-sanitizer's racecheck reported WAR hazards between
+    // lanes 1..31's LDS and the producer's next bulk copy into the slot.
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty0 + 8 * slot);
   }
 #pragma unroll
   for (int i = 0; i < BT / 2; ++i) fence_reg(acc[i]);
@@ -208,22 +199,20 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
   constexpr int kRealCols = kDual ? kBlockRows / 2 : kBlockRows;
   constexpr int kQuads = kRealCols / 4;
   const int n0 = blockIdx.y * kRealCols;
-  // Token rows ml0 .. ml0 + rows of the tile: this block's own (unsplit), or
-  // its share of the sum over the cluster's ranks.
-  const int ranks = gridDim.z, rows = BT / ranks, ml0 = blockIdx.z * rows;
-  if (split) {
+  // Token rows ml0 .. ml0 + rows of the tile: all (unsplit), or this rank's
+  // share of the sum over the cluster.
+  const int rows = kSplit ? BT / int(gridDim.z) : BT, ml0 = kSplit ? int(blockIdx.z) * rows : 0;
+  if (kSplit) {
     cluster_sync();  // every rank's partial tile written
   } else {
     named_sync(1, 128 * kConsumers);
   }
   auto load4 = [&](int off) {
-    float4 x = *reinterpret_cast<const float4*>(red + off);
-    if (split) {
-      x = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int r = 0; r < ranks; ++r) {
-        const float4 y = *reinterpret_cast<const float4*>(cluster_peer(red, uint32_t(r)) + off);
-        x.x += y.x, x.y += y.y, x.z += y.z, x.w += y.w;
-      }
+    if (!kSplit) return *reinterpret_cast<const float4*>(red + off);
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (uint32_t r = 0; r < gridDim.z; ++r) {
+      const float4 y = *reinterpret_cast<const float4*>(cluster_peer(red, r) + off);
+      x.x += y.x, x.y += y.y, x.z += y.z, x.w += y.w;
     }
     return x;
   };
@@ -239,15 +228,15 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
     store2<EP>(a.o, m, n0 + c, x.x, x.y);
     store2<EP>(a.o, m, n0 + c + 2, x.z, x.w);
   }
-  if (split) cluster_sync();  // the peers' tiles stay alive until every rank has read them
+  if (kSplit) cluster_sync();  // the peers' tiles stay alive until every rank has read them
 #endif
 }
 
 // ---- Host side ------------------------------------------------------------------------------
-template <WFormat F, int BT, Epilogue EP>
-cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
+template <WFormat F, int BT, Epilogue EP, bool kSplit>
+cudaError_t launch_one(const Args& a, const CUtensorMap& map, dim3 grid, cudaStream_t stream) {
   using L = Layout<F, BT>;
-  auto kernel = wgmma_kernel<F, BT, EP>;
+  auto kernel = wgmma_kernel<F, BT, EP, kSplit>;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
@@ -256,17 +245,8 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
     (void)cudaGetLastError();
     return cudaErrorNotSupported;
   }
-  CUtensorMap map;
-  if (!sm90::encode_f16_2d(&map, a.x, uint64_t(a.K), uint64_t(a.o.M), uint64_t(a.ldx) * 2, BT)) {
-    return cudaErrorInvalidValue;
-  }
-  constexpr bool kDual = EP == Epilogue::kSwiGLU;
-  const int tiles_per_block = kDual ? kVT / 2 : kVT;
-  const dim3 grid((a.o.M + BT - 1) / BT, (a.tiles + tiles_per_block - 1) / tiles_per_block, splits);
-  Args args = a;
-  args.chunks_per_split = (a.KC + splits - 1) / splits;
-  if (splits == 1) {
-    kernel<<<grid, kThreads, L::kBytes, stream>>>(map, args);
+  if (!kSplit) {
+    kernel<<<grid, kThreads, L::kBytes, stream>>>(map, a);
     return cudaGetLastError();
   }
   cudaLaunchConfig_t cfg = {};
@@ -278,17 +258,33 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = 1;
   attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = unsigned(splits);
+  attr[0].val.clusterDim.z = grid.z;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  e = cudaLaunchKernelEx(&cfg, kernel, map, args);
-  if (e == cudaSuccess) return cudaGetLastError();
-  // A cluster that cannot be scheduled is a launch-configuration error (not
-  // sticky): run unsplit rather than fail the forward pass.
-  (void)cudaGetLastError();
+  return cudaLaunchKernelEx(&cfg, kernel, map, a);
+}
+
+template <WFormat F, int BT, Epilogue EP>
+cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
+  CUtensorMap map;
+  if (!sm90::encode_f16_2d(&map, a.x, uint64_t(a.K), uint64_t(a.o.M), uint64_t(a.ldx) * 2, BT)) {
+    return cudaErrorInvalidValue;
+  }
+  constexpr bool kDual = EP == Epilogue::kSwiGLU;
+  const int tiles_per_block = kDual ? kVT / 2 : kVT;
+  const dim3 grid((a.o.M + BT - 1) / BT, (a.tiles + tiles_per_block - 1) / tiles_per_block, 1);
+  Args args = a;
   args.chunks_per_split = a.KC;
-  kernel<<<dim3(grid.x, grid.y, 1), kThreads, L::kBytes, stream>>>(map, args);
-  return cudaGetLastError();
+  if (splits > 1) {
+    args.chunks_per_split = (a.KC + splits - 1) / splits;
+    const cudaError_t e = launch_one<F, BT, EP, true>(args, map, dim3(grid.x, grid.y, splits), stream);
+    if (e == cudaSuccess) return cudaGetLastError();
+    // A cluster that cannot be scheduled is a launch-configuration error (not
+    // sticky): run unsplit rather than fail the forward pass.
+    (void)cudaGetLastError();
+    args.chunks_per_split = a.KC;
+  }
+  return launch_one<F, BT, EP, false>(args, map, grid, stream);
 }
 
 }  // namespace
@@ -296,7 +292,7 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
 bool available(int dev) {
 #if defined(QSP_WGMMA)
   static PerDevice once;
-  return runs_on(once, dev, wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16>);
+  return runs_on(once, dev, wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16, false>);
 #else
   (void)dev;
   return false;
@@ -305,8 +301,9 @@ bool available(int dev) {
 
 cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, cudaStream_t stream) {
 #if defined(QSP_WGMMA)
-  if (tok_tile != kTokTileLarge && tok_tile != kTokTileSmall && tok_tile != kTokTileTiny) return cudaErrorInvalidValue;
+  if (tok_tile != kTokTileLarge && tok_tile != kTokTileSmall) return cudaErrorInvalidValue;
   if (splits != 1 && splits != 2 && splits != 4 && splits != 8) return cudaErrorInvalidValue;
+  const bool large = tok_tile == kTokTileLarge;
   return dispatch_format(fmt, cudaErrorNotSupported, [&](auto f) {
     using T = typename decltype(f)::T;
     if constexpr (!T::kWgmma) {
@@ -315,9 +312,7 @@ cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int split
       constexpr WFormat F = decltype(f)::kFormat;
       return dispatch_epilogue(ep, [&](auto e) {
         constexpr Epilogue EP = decltype(e)::value;
-        if (tok_tile == kTokTileLarge) return launch<F, kTokTileLarge, EP>(a, splits, stream);
-        if (tok_tile == kTokTileSmall) return launch<F, kTokTileSmall, EP>(a, splits, stream);
-        return launch<F, kTokTileTiny, EP>(a, splits, stream);
+        return large ? launch<F, kTokTileLarge, EP>(a, splits, stream) : launch<F, kTokTileSmall, EP>(a, splits, stream);
       });
     }
   });

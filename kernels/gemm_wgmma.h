@@ -29,7 +29,7 @@ struct Args {
   int32_t chunks_per_split;  // set by run(): K chunks per cluster rank
 };
 
-// The tile constants kTokTileLarge / kTokTileSmall / kTokTileTiny (token rows per block) and
+// The tile constants kTokTileLarge / kTokTileSmall (token rows per block) and
 // kBlockRows (weight rows per block) are in kernels/gemm_plan.h, where the
 // host-only plan model sees them.
 

@@ -101,7 +101,7 @@ struct GemmArgs {
   float* out_f = nullptr;
   int32_t ldo = 0;            // row stride of the output (>= N)
   GemmPath path = GemmPath::kAuto;
-  // Tests and benchmarks: the wgmma kernel's token tile (64, 128, 256) and
+  // Tests and benchmarks: the wgmma kernel's token tile (128, 256) and
   // K splits (1, 2, 4, 8) instead of the plan's; 0 = the plan's. Only with
   // path == kWgmma.
   int32_t wg_tile = 0;

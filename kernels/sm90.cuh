@@ -117,19 +117,17 @@ __device__ __forceinline__ uint64_t smem_desc_mn(uint32_t addr, uint32_t lbo) {
          (uint64_t(1) << 62);
 }
 
-// The accumulator operands of the wgmma asm below: fp32 registers d[0..31]
-// (m64n64), d[0..63] (m64n128) or d[0..127] (m64n256), as "+f" constraints
-// and as the operand names %0.. of the instruction's D list.
+// The accumulator operands of the wgmma asm below: fp32 registers d[0..63]
+// (m64n128) or d[0..127] (m64n256), as "+f" constraints and as the operand
+// names %0.. of the instruction's D list.
 #define QSP_WG_F8(d, i) \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-#define QSP_WG_ACC32(d) QSP_WG_F8(d, 0), QSP_WG_F8(d, 8), QSP_WG_F8(d, 16), QSP_WG_F8(d, 24)
 #define QSP_WG_ACC64(d) \
   QSP_WG_F8(d, 0), QSP_WG_F8(d, 8), QSP_WG_F8(d, 16), QSP_WG_F8(d, 24), QSP_WG_F8(d, 32), QSP_WG_F8(d, 40), \
       QSP_WG_F8(d, 48), QSP_WG_F8(d, 56)
 #define QSP_WG_ACC128(d) \
   QSP_WG_ACC64(d), QSP_WG_F8(d, 64), QSP_WG_F8(d, 72), QSP_WG_F8(d, 80), QSP_WG_F8(d, 88), QSP_WG_F8(d, 96), \
       QSP_WG_F8(d, 104), QSP_WG_F8(d, 112), QSP_WG_F8(d, 120)
-#define QSP_WG_NAMES_0_31 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define QSP_WG_NAMES_0_63 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
 #define QSP_WG_NAMES_64_127 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 
@@ -163,19 +161,6 @@ struct Mma<128, TB> {
   }
 };
 
-template <int TB>
-struct Mma<64, TB> {
-  __device__ __forceinline__ static void run(float (&d)[32], const uint32_t (&a)[4], uint64_t desc, int acc = 1) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{" QSP_WG_NAMES_0_31 "}, "
-        "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-        : QSP_WG_ACC32(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc), "n"(TB));
-  }
-};
-
 // D[64 x 128] (+)= A[64 x 16] * B[16 x 128], both from shared memory
 // (K-major descriptors).
 __device__ __forceinline__ void mma_ss_n128(float (&d)[64], uint64_t adesc, uint64_t bdesc, int acc) {
@@ -189,10 +174,8 @@ __device__ __forceinline__ void mma_ss_n128(float (&d)[64], uint64_t adesc, uint
 }
 
 #undef QSP_WG_F8
-#undef QSP_WG_ACC32
 #undef QSP_WG_ACC64
 #undef QSP_WG_ACC128
-#undef QSP_WG_NAMES_0_31
 #undef QSP_WG_NAMES_0_63
 #undef QSP_WG_NAMES_64_127
 
