@@ -1,6 +1,6 @@
 // The device layout of GEMM weights ("tiled" layout), documented once, and its
 // index arithmetic, usable from host and device code: the host repacking of
-// each format (kernels/formats/<name>.cuh, repack()) writes it, the format
+// each format (kernels/formats/<name>.cuh, repack_tiles()) writes it, the format
 // decoders (the same headers) and kernels/qweight.cuh read it.
 //
 // W is rows (N, outputs) x cols (K, inputs), K contiguous in GGUF.
@@ -109,19 +109,52 @@ QSP_HD inline size_t scale_byte(const Coord& c) {
   return size_t(c.unit) * kScaleUnitBytes + 8 * c.g + 2 * (2 * c.h + c.p);
 }
 
-// Host repacking: where column j (0..63) of a chunk goes, lane quad t, k step
-// s, element e (coord_of, tabulated once per format).
-struct ChunkMap {
-  uint8_t t[64], s[64], e[64];
-  ChunkMap() {
-    for (int j = 0; j < 64; ++j) {
-      const Coord c = coord_of(0, j, 64);
-      t[j] = uint8_t(c.lane & 3);
-      s[j] = uint8_t(c.s);
-      e[j] = uint8_t(c.e);
-    }
+// ---- Host repacking: one row's 16 values of one k step ------------------------
+// v[x] is the value at column 16 s + x of tile row 8 p + g (x = 0..15): lane
+// 4 g + t holds columns 2t, 2t + 1 (e = 0, 1) and 2t + 8, 2t + 9 (e = 2, 3).
+// The repacks of every tiled format place their codes through these (the
+// per-element coord_of walk they replace cost ~10x the time at upload).
+// Q4 nibble words [lane][4] (q4_shift), ORed into zeroed words; v < 16.
+inline void put_q4(uint32_t* q, int g, int p, int s, const uint8_t* v) {
+  for (int t = 0; t < 4; ++t)
+    q[(4 * g + t) * 4 + s] |= (uint32_t(v[2 * t]) | uint32_t(v[2 * t + 8]) << 4 | uint32_t(v[2 * t + 1]) << 16 |
+                               uint32_t(v[2 * t + 9]) << 20)
+                              << (8 * p);
+}
+// Both rows g (v0) and g + 8 (v1) at once: whole words, nothing to zero first.
+inline void put_q4_rows(uint32_t* q, int g, int s, const uint8_t* v0, const uint8_t* v1) {
+  for (int t = 0; t < 4; ++t)
+    q[(4 * g + t) * 4 + s] = uint32_t(v0[2 * t]) | uint32_t(v0[2 * t + 8]) << 4 | uint32_t(v1[2 * t]) << 8 |
+                             uint32_t(v1[2 * t + 8]) << 12 | uint32_t(v0[2 * t + 1]) << 16 |
+                             uint32_t(v0[2 * t + 9]) << 20 | uint32_t(v1[2 * t + 1]) << 24 |
+                             uint32_t(v1[2 * t + 9]) << 28;
+}
+// One bit per element in a lane word [lane] at 4 s + 2 p + (e >> 1) + 16 (e & 1)
+// (Q5_x's qh_bit, Q3_K's q3h_bit), ORed; v < 2.
+inline void put_bit(uint32_t* w, int g, int p, int s, const uint8_t* v) {
+  for (int t = 0; t < 4; ++t)
+    w[4 * g + t] |= (uint32_t(v[2 * t]) | uint32_t(v[2 * t + 8]) << 1 | uint32_t(v[2 * t + 1]) << 16 |
+                     uint32_t(v[2 * t + 9]) << 17)
+                    << (4 * s + 2 * p);
+}
+// Two bits per element in lane words [lane][2] at word s >> 1, bit
+// 2 (4 (s & 1) + 2 p + (e >> 1)) + 16 (e & 1) (the K-quants' q2_bit), ORed; v < 4.
+inline void put_q2(uint32_t* w, int g, int p, int s, const uint8_t* v) {
+  for (int t = 0; t < 4; ++t)
+    w[(4 * g + t) * 2 + (s >> 1)] |= (uint32_t(v[2 * t]) | uint32_t(v[2 * t + 8]) << 2 |
+                                      uint32_t(v[2 * t + 1]) << 16 | uint32_t(v[2 * t + 9]) << 18)
+                                     << (8 * (s & 1) + 4 * p);
+}
+// Q8_0 bytes (q8_byte) of the unit, stored.
+inline void put_q8(uint8_t* q, int g, int p, int s, const uint8_t* v) {
+  for (int t = 0; t < 4; ++t) {
+    uint8_t* o = q + 512 * (s >> 1) + 16 * (4 * g + t) + 8 * p + 4 * (s & 1);
+    o[0] = v[2 * t];
+    o[1] = v[2 * t + 1];
+    o[2] = v[2 * t + 8];
+    o[3] = v[2 * t + 9];
   }
-};
+}
 
 }  // namespace qw
 }  // namespace kern

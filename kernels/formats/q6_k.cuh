@@ -22,7 +22,6 @@
 
 #include <cstring>
 
-#include "common/parallel.h"
 #include "common/quant.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
@@ -56,41 +55,43 @@ struct WTraits<WFormat::kQ6_K> {
     return qw::unit_array_bytes(kUnit, rows, cols);
   }
   static size_t bytes(int64_t rows, int64_t cols) { return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols); }
-  // cols % 256 == 0 (checked by the caller). Padding rows decode to 0 (d = 0).
-  static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
+  // Tiles [t0, t1) only (kern::repack_weight_tiles): their units to `units`,
+  // their side data to `side`. cols % 256 == 0 (checked by the caller). Padding rows decode to 0 (d = 0).
+  static void repack_tiles(int32_t, const void* src_v, int64_t rows, int64_t cols, int64_t t0, int64_t t1,
+                           uint8_t* units, uint8_t* side) {
     const qw::GgmlQ6_K* src = static_cast<const qw::GgmlQ6_K*>(src_v);
     const int64_t KC = qw::n_chunks(cols), nsb = cols / qw::kSuperCols;
-    const size_t soff = scales_offset(rows, cols);
-    static const qw::ChunkMap map;
-    parallel_for(qw::n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
-      for (int64_t tile = t0; tile < t1; ++tile) {
-        for (int64_t c = 0; c < KC; ++c) {
-          const int64_t unit = tile * KC + c;
-          uint32_t* q = reinterpret_cast<uint32_t*>(dst + unit * kUnit);  // [lane][s]
-          uint32_t* qh = reinterpret_cast<uint32_t*>(dst + unit * kUnit + qw::kQ6KHighBytes);  // [lane][2]
-          uint8_t* side = dst + soff + unit * kScaleUnit;
-          std::memset(q, 0, kUnit);
-          std::memset(side, 0, kScaleUnit);
-          for (int rr = 0; rr < 16; ++rr) {
-            const int64_t row = tile * 16 + rr;
-            if (row >= rows) continue;  // q = 0, sc = 0, d = 0
-            const int g = rr & 7, p = rr >> 3;
-            const qw::GgmlQ6_K& blk = src[row * nsb + c / 4];
-            for (int s = 0; s < 4; ++s) side[8 * g + 4 * p + s] = uint8_t(blk.scales[4 * (c % 4) + s]);
-            std::memcpy(side + 64 + 4 * g + 2 * p, &blk.d, 2);
-            for (int j = 0; j < 64; ++j) {
-              // Element el of the super-block: el = 128 h + 32 k + i.
-              const int el = 64 * int(c % 4) + j, h = el / 128, k = el % 128 / 32, i = el % 32;
-              const uint32_t low = (blk.ql[64 * h + 32 * (k % 2) + i] >> (4 * (k / 2))) & 15u;
-              const uint32_t high = (blk.qh[32 * h + i] >> (2 * k)) & 3u;
-              const int lane = 4 * g + map.t[j], s = map.s[j], e = map.e[j];
-              q[lane * 4 + s] |= low << qw::q4_shift(p, e);
-              qh[lane * 2 + (s >> 1)] |= high << qw::q2_bit(s, p, e);
+    uint8_t lo[16], hi[16];
+    for (int64_t tile = t0; tile < t1; ++tile) {
+      for (int64_t c = 0; c < KC; ++c) {
+        const int64_t unit = (tile - t0) * KC + c;
+        uint32_t* q = reinterpret_cast<uint32_t*>(units + unit * kUnit);                        // [lane][s]
+        uint32_t* qh = reinterpret_cast<uint32_t*>(units + unit * kUnit + qw::kQ6KHighBytes);  // [lane][2]
+        uint8_t* sd = side + unit * kScaleUnit;
+        std::memset(q, 0, kUnit);
+        std::memset(sd, 0, kScaleUnit);
+        for (int rr = 0; rr < 16; ++rr) {
+          const int64_t row = tile * 16 + rr;
+          if (row >= rows) continue;  // q = 0, sc = 0, d = 0
+          const int g = rr & 7, p = rr >> 3;
+          const qw::GgmlQ6_K& blk = src[row * nsb + c / 4];
+          for (int s = 0; s < 4; ++s) sd[8 * g + 4 * p + s] = uint8_t(blk.scales[4 * (c % 4) + s]);
+          std::memcpy(sd + 64 + 4 * g + 2 * p, &blk.d, 2);
+          for (int s = 0; s < 4; ++s) {
+            // Elements el = 64 (c % 4) + 16 s + x = 128 h + 32 k + i of the super-block.
+            const int grp = int(2 * (c % 4)) + (s >> 1), h = grp / 4, k = grp % 4, i0 = 16 * (s & 1);
+            const uint8_t* l = blk.ql + 64 * h + 32 * (k % 2) + i0;
+            const uint8_t* hb = blk.qh + 32 * h + i0;
+            for (int x = 0; x < 16; ++x) {
+              lo[x] = (l[x] >> (4 * (k / 2))) & 15u;
+              hi[x] = (hb[x] >> (2 * k)) & 3u;
             }
+            qw::put_q4(q, g, p, s, lo);
+            qw::put_q2(qh, g, p, s, hi);
           }
         }
       }
-    });
+    }
   }
 
   // ---- Layout -----------------------------------------------------------------------------
