@@ -13,15 +13,19 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/quant.h"
+#include "cpu/thread_pool.h"
 #include "engine/backend.h"
 #include "kernels/kernels.h"
 #include "cuda/cuda_util.h"
@@ -33,6 +37,15 @@ namespace {
 // an 8B-shaped model); longer prompts are split by the engine, attention
 // reads the earlier chunks from the KV cache.
 constexpr uint32_t kCudaChunk = 4096;
+
+// Weight upload: pinned staging slots a matrix is repacked into, piece by
+// piece, on all cores, each piece copied while the next is repacked.
+constexpr int kStagingSlots = 3;
+constexpr size_t kStagingSlotBytes = size_t(16) << 20;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -83,6 +96,7 @@ class CudaBackend final : public Backend {
     cudaSetDevice(dev_);
     cudaStreamSynchronize(stream_);
     if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+    log_upload_stats();
   }
 
   int32_t kind() const override { return QSP_BACKEND_CUDA; }
@@ -106,30 +120,51 @@ class CudaBackend final : public Backend {
                 fmt::name(m.dtype), (unsigned long long)m.rows, (unsigned long long)m.cols, why ? why : "");
   }
 
+  // Matrices: repacked into pinned staging slots by all cores, piece by
+  // piece, each piece's copy overlapping the next piece's repack
+  // (staged_upload); without staging (pinned memory refused, say) the whole
+  // matrix is repacked into pageable memory and copied at once. Vectors:
+  // fp32 at once. Returns once the copies are complete, so any stream may
+  // use the tensor.
   std::unique_ptr<Tensor> upload(const TensorMeta& m, const void* data) override {
+    const auto start = std::chrono::steady_clock::now();
     QSP_CUDA_CHECK(cudaSetDevice(dev_));
     std::unique_ptr<CudaTensor> t(new CudaTensor(m, dev_));
     std::vector<uint8_t> host;
     if (m.role == TensorRole::kVector) {
       host.resize(m.cols * sizeof(float));
       fmt::dequantize_row(m.dtype, data, reinterpret_cast<float*>(host.data()), m.cols);
-    } else {
-      const kern::WFormat f = kern::format_for(m.dtype);
-      host.resize(kern::dweight_bytes(f, int64_t(m.rows), int64_t(m.cols)));
-      kern::repack_weight(m.dtype, data, int64_t(m.rows), int64_t(m.cols), host.data());
-      t->w.fmt = f;
-      t->w.rows = int32_t(m.rows);
-      t->w.cols = int32_t(m.cols);
-    }
-    t->buf.alloc(host.size(), "weight upload");
-    QSP_CUDA_CHECK(cudaMemcpyAsync(t->buf.ptr, host.data(), host.size(), cudaMemcpyHostToDevice, stream_));
-    QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    t->stored_bytes = host.size();
-    if (m.role == TensorRole::kVector) {
+      t->buf.alloc(host.size(), "weight upload");
+      QSP_CUDA_CHECK(cudaMemcpyAsync(t->buf.ptr, host.data(), host.size(), cudaMemcpyHostToDevice, stream_));
+      QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      t->stored_bytes = host.size();
       t->vec = static_cast<const float*>(t->buf.ptr);
-    } else {
-      t->w.data = t->buf.ptr;
+      return std::unique_ptr<Tensor>(t.release());
     }
+    const kern::WFormat f = kern::format_for(m.dtype);
+    const size_t bytes = kern::dweight_bytes(f, int64_t(m.rows), int64_t(m.cols));
+    t->w.fmt = f;
+    t->w.rows = int32_t(m.rows);
+    t->w.cols = int32_t(m.cols);
+    const auto alloc_start = std::chrono::steady_clock::now();
+    t->buf.alloc(bytes, "weight upload");
+    upload_stats_.alloc_s += seconds_since(alloc_start);
+    if (staged_upload(m, data, f, static_cast<uint8_t*>(t->buf.ptr))) {
+      ++upload_stats_.staged;
+    } else {
+      host.resize(bytes);
+      const auto repack_start = std::chrono::steady_clock::now();
+      kern::repack_weight(m.dtype, data, int64_t(m.rows), int64_t(m.cols), host.data());
+      upload_stats_.repack_s += seconds_since(repack_start);
+      QSP_CUDA_CHECK(cudaMemcpyAsync(t->buf.ptr, host.data(), bytes, cudaMemcpyHostToDevice, stream_));
+      QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    t->stored_bytes = bytes;
+    t->w.data = t->buf.ptr;
+    ++upload_stats_.tensors;
+    upload_stats_.bytes_in += m.bytes;
+    upload_stats_.bytes_out += bytes;
+    upload_stats_.total_s += seconds_since(start);
     return std::unique_ptr<Tensor>(t.release());
   }
 
@@ -519,6 +554,141 @@ class CudaBackend final : public Backend {
     graph_weights_ = weight_ids(w);
   }
 
+  // ---- Weight upload -------------------------------------------------------------------
+  // The staging slots and the repack threads, made at the first matrix
+  // upload (a context whose weights are all cached never makes them). False
+  // when they cannot be had: upload() then takes the unstaged path.
+  bool ensure_staging() {
+    if (staging_failed_) return false;
+    if (staging_) return true;
+    staging_failed_ = true;  // until everything below succeeded
+    try {
+      const unsigned hw = std::thread::hardware_concurrency();
+      upload_pool_.reset(new ThreadPool(int(std::max(1u, hw))));
+    } catch (...) {
+      return false;
+    }
+    std::unique_ptr<Staging> st(new Staging);
+    bool ok = cudaHostAlloc(&st->host, kStagingSlots * kStagingSlotBytes, cudaHostAllocDefault) == cudaSuccess;
+    if (!ok) st->host = nullptr;
+    for (Staging::Slot& sl : st->slots)
+      if (ok && cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming) != cudaSuccess) {
+        sl.done = nullptr;
+        ok = false;
+      }
+    if (!ok) {
+      cudaGetLastError();
+      upload_pool_.reset();
+      return false;
+    }
+    staging_ = std::move(st);
+    staging_failed_ = false;
+    return true;
+  }
+
+  // Repacks matrix m into the device buffer dst through the staging slots:
+  // pieces of 16-row tiles (kern::repack_weight_tiles), each split over the
+  // repack threads, then its two byte ranges (units, side data) copied
+  // asynchronously; a slot is refilled only after its previous copy
+  // completed (its event). Pieces shrink towards the end of the matrix so
+  // the last copy, the only one nothing overlaps, is short. False, having
+  // done nothing, when staging is unavailable or a tile does not fit a slot.
+  bool staged_upload(const TensorMeta& m, const void* data, kern::WFormat f, uint8_t* dst) {
+    const int64_t rows = int64_t(m.rows), cols = int64_t(m.cols), nt = kern::dweight_tile_count(rows);
+    const kern::TileSpan first = kern::dweight_tiles(f, rows, cols, 0, 1);
+    const size_t per_tile = first.units_bytes + first.side_bytes;
+    if (nt == 0 || per_tile == 0 || per_tile > kStagingSlotBytes || !ensure_staging()) return false;
+    const int64_t max_tiles = int64_t(kStagingSlotBytes / per_tile), min_tiles = std::max<int64_t>(1, max_tiles / 8);
+    const int32_t dtype = m.dtype;
+    try {
+      for (int64_t t0 = 0; t0 < nt;) {
+        // Half of what is left, within [min_tiles, max_tiles]; the rest too
+        // when less than min_tiles would remain.
+        const int64_t left = nt - t0;
+        int64_t n = std::min(max_tiles, std::max(min_tiles, (left + 1) / 2));
+        if (left - n < min_tiles) n = std::min(left, max_tiles);
+        const kern::TileSpan sp = kern::dweight_tiles(f, rows, cols, t0, t0 + n);
+        Staging::Slot& sl = staging_->slots[staging_->next];
+        uint8_t* hu = static_cast<uint8_t*>(staging_->host) + size_t(staging_->next) * kStagingSlotBytes;
+        uint8_t* hs = hu + sp.units_bytes;
+        staging_->next = (staging_->next + 1) % kStagingSlots;
+        if (sl.in_flight) {
+          const auto wait_start = std::chrono::steady_clock::now();
+          sl.in_flight = false;
+          QSP_CUDA_CHECK(cudaEventSynchronize(sl.done));
+          upload_stats_.wait_s += seconds_since(wait_start);
+        }
+        const auto repack_start = std::chrono::steady_clock::now();
+        upload_pool_->parallel_for(n, [&](int64_t a, int64_t b) {
+          const kern::TileSpan q = kern::dweight_tiles(f, rows, cols, t0 + a, t0 + b);
+          kern::repack_weight_tiles(dtype, data, rows, cols, t0 + a, t0 + b, hu + (q.units_off - sp.units_off),
+                                    hs + (q.side_off - sp.side_off));
+        });
+        upload_stats_.repack_s += seconds_since(repack_start);
+        QSP_CUDA_CHECK(cudaMemcpyAsync(dst + sp.units_off, hu, sp.units_bytes, cudaMemcpyHostToDevice, stream_));
+        if (sp.side_bytes)
+          QSP_CUDA_CHECK(cudaMemcpyAsync(dst + sp.side_off, hs, sp.side_bytes, cudaMemcpyHostToDevice, stream_));
+        QSP_CUDA_CHECK(cudaEventRecord(sl.done, stream_));
+        sl.in_flight = true;
+        ++upload_stats_.pieces;
+        t0 += n;
+      }
+      const auto sync_start = std::chrono::steady_clock::now();
+      QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      upload_stats_.sync_s += seconds_since(sync_start);
+    } catch (...) {
+      // No copy may still read the slots or write dst (freed by the caller).
+      cudaStreamSynchronize(stream_);
+      cudaGetLastError();
+      throw;
+    }
+    for (Staging::Slot& sl : staging_->slots) sl.in_flight = false;
+    return true;
+  }
+
+  // The account of upload() (bench/bench_upload prints it), once, when the
+  // backend goes: QSP_LOG_DEBUG to the process-wide sink.
+  void log_upload_stats() noexcept {
+    const UploadStats& u = upload_stats_;
+    if (!u.tensors) return;
+    try {
+      log_global(QSP_LOG_DEBUG,
+                 strprintf("CUDA upload: %llu tensors, %.1f MB in, %.1f MB on the device, %.3f s in upload() "
+                           "(device allocation %.3f s, repack %.3f s on %d threads, waiting for staging %.3f s, "
+                           "final copies %.3f s); %llu staged in %llu pieces, %llu unstaged",
+                           (unsigned long long)u.tensors, u.bytes_in / 1e6, u.bytes_out / 1e6, u.total_s, u.alloc_s,
+                           u.repack_s, upload_pool_ ? upload_pool_->size() : 1, u.wait_s, u.sync_s,
+                           (unsigned long long)u.staged, (unsigned long long)u.pieces,
+                           (unsigned long long)(u.tensors - u.staged)));
+    } catch (...) {
+      // a debug line lost to a failed allocation
+    }
+  }
+
+  struct Staging {
+    struct Slot {
+      cudaEvent_t done = nullptr;  // recorded after the slot's last copy
+      bool in_flight = false;
+    };
+    void* host = nullptr;  // kStagingSlots x kStagingSlotBytes, pinned
+    Slot slots[kStagingSlots];
+    int next = 0;
+    Staging() = default;
+    Staging(const Staging&) = delete;
+    Staging& operator=(const Staging&) = delete;
+    ~Staging() {
+      for (Slot& sl : slots)
+        if (sl.done) cudaEventDestroy(sl.done);
+      if (host) cudaFreeHost(host);
+    }
+  };
+  // What upload() spent its time on (log_upload_stats).
+  struct UploadStats {
+    uint64_t tensors = 0, staged = 0, pieces = 0;
+    double bytes_in = 0, bytes_out = 0;
+    double total_s = 0, alloc_s = 0, repack_s = 0, wait_s = 0, sync_s = 0;
+  };
+
   ModelConfig cfg_;
   int dev_;
   cudaDeviceProp prop_{};
@@ -537,6 +707,12 @@ class CudaBackend final : public Backend {
   cudaGraphExec_t graph_exec_ = nullptr;
   std::vector<const Tensor*> graph_weights_;
   std::shared_ptr<BatchSpace> batch_space_;  // set when this context first leads a batch
+  // Weight upload (ensure_staging): destroyed first, after the destructor
+  // synchronized the stream, so no copy still reads the slots.
+  std::unique_ptr<ThreadPool> upload_pool_;
+  std::unique_ptr<Staging> staging_;
+  bool staging_failed_ = false;
+  UploadStats upload_stats_;
 };
 
 }  // namespace
