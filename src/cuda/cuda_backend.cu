@@ -47,6 +47,70 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The upload's staging, one per device, shared by the contexts that upload
+// there (as BatchSpace is: many contexts must not each hold threads and
+// pinned memory): the repack threads and kStagingSlots pinned slots, each
+// with the event recorded after its last copy. Made at the first matrix
+// upload on the device, freed with the last context that used it; an upload
+// holds `mu` from its first piece to its final synchronize.
+struct UploadStaging {
+  struct Slot {
+    cudaEvent_t done = nullptr;
+    bool in_flight = false;
+  };
+  std::mutex mu;
+  std::unique_ptr<ThreadPool> pool;
+  void* host = nullptr;  // kStagingSlots x kStagingSlotBytes, pinned
+  Slot slots[kStagingSlots];
+  int next = 0;
+  int dev = 0;
+
+  UploadStaging() = default;
+  UploadStaging(const UploadStaging&) = delete;
+  UploadStaging& operator=(const UploadStaging&) = delete;
+  ~UploadStaging() {
+    int prev = -1;
+    cudaGetDevice(&prev);
+    cudaSetDevice(dev);
+    for (Slot& sl : slots)
+      if (sl.done) cudaEventDestroy(sl.done);
+    if (host) cudaFreeHost(host);
+    if (prev >= 0) cudaSetDevice(prev);
+  }
+};
+
+// Device dev's staging (the current device), made if need be; nullptr when
+// threads or pinned memory are refused (the caller uploads unstaged).
+std::shared_ptr<UploadStaging> upload_staging(int dev) {
+  static std::mutex mu;
+  static std::vector<std::weak_ptr<UploadStaging>> stagings;
+  std::lock_guard<std::mutex> lock(mu);
+  if (stagings.size() <= size_t(dev)) stagings.resize(size_t(dev) + 1);
+  std::shared_ptr<UploadStaging> st = stagings[size_t(dev)].lock();
+  if (st) return st;
+  try {
+    st = std::make_shared<UploadStaging>();
+    st->dev = dev;
+    const unsigned hw = std::thread::hardware_concurrency();
+    st->pool.reset(new ThreadPool(int(std::max(1u, hw))));
+  } catch (...) {
+    return nullptr;
+  }
+  bool ok = cudaHostAlloc(&st->host, kStagingSlots * kStagingSlotBytes, cudaHostAllocDefault) == cudaSuccess;
+  if (!ok) st->host = nullptr;
+  for (UploadStaging::Slot& sl : st->slots)
+    if (ok && cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming) != cudaSuccess) {
+      sl.done = nullptr;
+      ok = false;
+    }
+  if (!ok) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  stagings[size_t(dev)] = st;
+  return st;
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const ModelConfig& cfg, int device) : cfg_(cfg), dev_(device) {
@@ -555,35 +619,15 @@ class CudaBackend final : public Backend {
   }
 
   // ---- Weight upload -------------------------------------------------------------------
-  // The staging slots and the repack threads, made at the first matrix
-  // upload (a context whose weights are all cached never makes them). False
-  // when they cannot be had: upload() then takes the unstaged path.
+  // The device's staging (upload_staging), taken at the first matrix this
+  // backend uploads (a context whose weights are all cached never takes
+  // it). False when it cannot be had: upload() then goes unstaged.
   bool ensure_staging() {
-    if (staging_failed_) return false;
     if (staging_) return true;
-    staging_failed_ = true;  // until everything below succeeded
-    try {
-      const unsigned hw = std::thread::hardware_concurrency();
-      upload_pool_.reset(new ThreadPool(int(std::max(1u, hw))));
-    } catch (...) {
-      return false;
-    }
-    std::unique_ptr<Staging> st(new Staging);
-    bool ok = cudaHostAlloc(&st->host, kStagingSlots * kStagingSlotBytes, cudaHostAllocDefault) == cudaSuccess;
-    if (!ok) st->host = nullptr;
-    for (Staging::Slot& sl : st->slots)
-      if (ok && cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming) != cudaSuccess) {
-        sl.done = nullptr;
-        ok = false;
-      }
-    if (!ok) {
-      cudaGetLastError();
-      upload_pool_.reset();
-      return false;
-    }
-    staging_ = std::move(st);
-    staging_failed_ = false;
-    return true;
+    if (staging_failed_) return false;
+    staging_ = upload_staging(dev_);
+    staging_failed_ = !staging_;
+    return !staging_failed_;
   }
 
   // Repacks matrix m into the device buffer dst through the staging slots:
@@ -600,6 +644,8 @@ class CudaBackend final : public Backend {
     if (nt == 0 || per_tile == 0 || per_tile > kStagingSlotBytes || !ensure_staging()) return false;
     const int64_t max_tiles = int64_t(kStagingSlotBytes / per_tile), min_tiles = std::max<int64_t>(1, max_tiles / 8);
     const int32_t dtype = m.dtype;
+    UploadStaging& st = *staging_;
+    std::lock_guard<std::mutex> lock(st.mu);
     try {
       for (int64_t t0 = 0; t0 < nt;) {
         // Half of what is left, within [min_tiles, max_tiles]; the rest too
@@ -608,10 +654,10 @@ class CudaBackend final : public Backend {
         int64_t n = std::min(max_tiles, std::max(min_tiles, (left + 1) / 2));
         if (left - n < min_tiles) n = std::min(left, max_tiles);
         const kern::TileSpan sp = kern::dweight_tiles(f, rows, cols, t0, t0 + n);
-        Staging::Slot& sl = staging_->slots[staging_->next];
-        uint8_t* hu = static_cast<uint8_t*>(staging_->host) + size_t(staging_->next) * kStagingSlotBytes;
+        UploadStaging::Slot& sl = st.slots[st.next];
+        uint8_t* hu = static_cast<uint8_t*>(st.host) + size_t(st.next) * kStagingSlotBytes;
         uint8_t* hs = hu + sp.units_bytes;
-        staging_->next = (staging_->next + 1) % kStagingSlots;
+        st.next = (st.next + 1) % kStagingSlots;
         if (sl.in_flight) {
           const auto wait_start = std::chrono::steady_clock::now();
           sl.in_flight = false;
@@ -619,7 +665,7 @@ class CudaBackend final : public Backend {
           upload_stats_.wait_s += seconds_since(wait_start);
         }
         const auto repack_start = std::chrono::steady_clock::now();
-        upload_pool_->parallel_for(n, [&](int64_t a, int64_t b) {
+        st.pool->parallel_for(n, [&](int64_t a, int64_t b) {
           const kern::TileSpan q = kern::dweight_tiles(f, rows, cols, t0 + a, t0 + b);
           kern::repack_weight_tiles(dtype, data, rows, cols, t0 + a, t0 + b, hu + (q.units_off - sp.units_off),
                                     hs + (q.side_off - sp.side_off));
@@ -640,9 +686,10 @@ class CudaBackend final : public Backend {
       // No copy may still read the slots or write dst (freed by the caller).
       cudaStreamSynchronize(stream_);
       cudaGetLastError();
+      for (UploadStaging::Slot& sl : st.slots) sl.in_flight = false;
       throw;
     }
-    for (Staging::Slot& sl : staging_->slots) sl.in_flight = false;
+    for (UploadStaging::Slot& sl : st.slots) sl.in_flight = false;
     return true;
   }
 
@@ -657,7 +704,7 @@ class CudaBackend final : public Backend {
                            "(device allocation %.3f s, repack %.3f s on %d threads, waiting for staging %.3f s, "
                            "final copies %.3f s); %llu staged in %llu pieces, %llu unstaged",
                            (unsigned long long)u.tensors, u.bytes_in / 1e6, u.bytes_out / 1e6, u.total_s, u.alloc_s,
-                           u.repack_s, upload_pool_ ? upload_pool_->size() : 1, u.wait_s, u.sync_s,
+                           u.repack_s, staging_ ? staging_->pool->size() : 1, u.wait_s, u.sync_s,
                            (unsigned long long)u.staged, (unsigned long long)u.pieces,
                            (unsigned long long)(u.tensors - u.staged)));
     } catch (...) {
@@ -665,23 +712,6 @@ class CudaBackend final : public Backend {
     }
   }
 
-  struct Staging {
-    struct Slot {
-      cudaEvent_t done = nullptr;  // recorded after the slot's last copy
-      bool in_flight = false;
-    };
-    void* host = nullptr;  // kStagingSlots x kStagingSlotBytes, pinned
-    Slot slots[kStagingSlots];
-    int next = 0;
-    Staging() = default;
-    Staging(const Staging&) = delete;
-    Staging& operator=(const Staging&) = delete;
-    ~Staging() {
-      for (Slot& sl : slots)
-        if (sl.done) cudaEventDestroy(sl.done);
-      if (host) cudaFreeHost(host);
-    }
-  };
   // What upload() spent its time on (log_upload_stats).
   struct UploadStats {
     uint64_t tensors = 0, staged = 0, pieces = 0;
@@ -707,10 +737,9 @@ class CudaBackend final : public Backend {
   cudaGraphExec_t graph_exec_ = nullptr;
   std::vector<const Tensor*> graph_weights_;
   std::shared_ptr<BatchSpace> batch_space_;  // set when this context first leads a batch
-  // Weight upload (ensure_staging): destroyed first, after the destructor
-  // synchronized the stream, so no copy still reads the slots.
-  std::unique_ptr<ThreadPool> upload_pool_;
-  std::unique_ptr<Staging> staging_;
+  // Weight upload (ensure_staging): released after the destructor
+  // synchronized the stream (every upload synchronizes before it returns).
+  std::shared_ptr<UploadStaging> staging_;
   bool staging_failed_ = false;
   UploadStats upload_stats_;
 };
