@@ -51,6 +51,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#if defined(__SSE2__) && !defined(__CUDA_ARCH__)
+#include <emmintrin.h>
+#define QSP_REPACK_SSE2 1  // the host repacks' vector forms (x86-64: always)
+#endif
 
 #if defined(__CUDACC__)
 #define QSP_HD __host__ __device__
@@ -145,6 +149,48 @@ inline void put_q2(uint32_t* w, int g, int p, int s, const uint8_t* v) {
                                       uint32_t(v[2 * t + 1]) << 16 | uint32_t(v[2 * t + 9]) << 18)
                                      << (8 * (s & 1) + 4 * p);
 }
+// Both rows g (v0) and g + 8 (v1) of put_q2, ORed (the word's other k step
+// shares it).
+inline void put_q2_rows(uint32_t* w, int g, int s, const uint8_t* v0, const uint8_t* v1) {
+  for (int t = 0; t < 4; ++t)
+    w[(4 * g + t) * 2 + (s >> 1)] |= (uint32_t(v0[2 * t]) | uint32_t(v0[2 * t + 8]) << 2 | uint32_t(v1[2 * t]) << 4 |
+                                      uint32_t(v1[2 * t + 8]) << 6 | uint32_t(v0[2 * t + 1]) << 16 |
+                                      uint32_t(v0[2 * t + 9]) << 18 | uint32_t(v1[2 * t + 1]) << 20 |
+                                      uint32_t(v1[2 * t + 9]) << 22)
+                                     << (8 * (s & 1));
+}
+#if defined(QSP_REPACK_SSE2)
+// put_q4_rows in SSE2: v0, v1 hold the 16 codes (< 16) of rows g and g + 8
+// for one k step; the result holds the four lane words of that step (lane
+// 4g + t in word t).
+inline __m128i q4_rows_sse(__m128i v0, __m128i v1) {
+  const auto pairs = [](__m128i x) { return _mm_or_si128(x, _mm_slli_epi16(_mm_srli_si128(x, 8), 4)); };
+  return _mm_unpacklo_epi8(pairs(v0), pairs(v1));
+}
+// The words of steps 0..3 (w[s] from q4_rows_sse) stored as lanes 4g..4g+3's
+// 16-byte rows of a Q4 word array [lane][4]: a 4 x 4 transpose.
+inline void store_q4_lanes(uint32_t* q, int g, const __m128i (&w)[4]) {
+  const __m128i t0 = _mm_unpacklo_epi32(w[0], w[1]), t1 = _mm_unpacklo_epi32(w[2], w[3]);
+  const __m128i t2 = _mm_unpackhi_epi32(w[0], w[1]), t3 = _mm_unpackhi_epi32(w[2], w[3]);
+  __m128i* lane = reinterpret_cast<__m128i*>(q + 16 * g);
+  _mm_storeu_si128(lane + 0, _mm_unpacklo_epi64(t0, t1));
+  _mm_storeu_si128(lane + 1, _mm_unpackhi_epi64(t0, t1));
+  _mm_storeu_si128(lane + 2, _mm_unpacklo_epi64(t2, t3));
+  _mm_storeu_si128(lane + 3, _mm_unpackhi_epi64(t2, t3));
+}
+// put_q2_rows for all four k steps in SSE2, stored whole: v0[s], v1[s] hold
+// the 16 codes (< 4) of rows g and g + 8 for step s; lanes 4g..4g+3's two
+// words each of a [lane][2] array.
+inline void store_q2_lanes(uint32_t* w, int g, const __m128i (&v0)[4], const __m128i (&v1)[4]) {
+  const auto pairs = [](__m128i x) { return _mm_or_si128(x, _mm_slli_epi16(_mm_srli_si128(x, 8), 2)); };
+  __m128i x[4];
+  for (int s = 0; s < 4; ++s) x[s] = _mm_or_si128(pairs(v0[s]), _mm_slli_epi16(pairs(v1[s]), 4));
+  const __m128i u0 = _mm_unpacklo_epi8(x[0], x[1]), u1 = _mm_unpacklo_epi8(x[2], x[3]);  // words s >> 1 = 0, 1
+  __m128i* lane = reinterpret_cast<__m128i*>(w + 8 * g);
+  _mm_storeu_si128(lane + 0, _mm_unpacklo_epi32(u0, u1));
+  _mm_storeu_si128(lane + 1, _mm_unpackhi_epi32(u0, u1));
+}
+#endif
 // Q8_0 bytes (q8_byte) of the unit, stored.
 inline void put_q8(uint8_t* q, int g, int p, int s, const uint8_t* v) {
   for (int t = 0; t < 4; ++t) {

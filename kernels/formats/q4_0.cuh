@@ -37,6 +37,9 @@ struct WTraits<WFormat::kQ4_0> {
         uint32_t* q = reinterpret_cast<uint32_t*>(units + unit * kUnit);  // [lane][s]
         uint16_t* sc = reinterpret_cast<uint16_t*>(side + unit * kScaleUnit);
         for (int g = 0; g < 8; ++g) {
+#if defined(QSP_REPACK_SSE2)
+          __m128i w[4];
+#endif
           for (int h = 0; h < 2; ++h) {
             // Block 2c+h is chunk cols 32h .. 32h+31: k steps 2h (low
             // nibbles: elements 0..15) and 2h+1 (high nibbles: 16..31).
@@ -48,6 +51,15 @@ struct WTraits<WFormat::kQ4_0> {
               qs[p] = ok ? src[row * nb + b].qs : kPad;
               sc[4 * g + 2 * h + p] = ok ? src[row * nb + b].d : uint16_t(0);
             }
+#if defined(QSP_REPACK_SSE2)
+            // The lane words of steps 2h (low nibbles) and 2h + 1 (high).
+            const __m128i lo4 = _mm_set1_epi8(0x0f);
+            const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs[0]));
+            const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs[1]));
+            w[2 * h] = qw::q4_rows_sse(_mm_and_si128(r0, lo4), _mm_and_si128(r1, lo4));
+            w[2 * h + 1] = qw::q4_rows_sse(_mm_and_si128(_mm_srli_epi16(r0, 4), lo4),
+                                           _mm_and_si128(_mm_srli_epi16(r1, 4), lo4));
+#else
             uint8_t v[2][2][16];  // [k][p][x]
             for (int p = 0; p < 2; ++p)
               for (int x = 0; x < 16; ++x) {
@@ -55,7 +67,11 @@ struct WTraits<WFormat::kQ4_0> {
                 v[1][p][x] = qs[p][x] >> 4;
               }
             for (int k = 0; k < 2; ++k) qw::put_q4_rows(q, g, 2 * h + k, v[k][0], v[k][1]);
+#endif
           }
+#if defined(QSP_REPACK_SSE2)
+          qw::store_q4_lanes(q, g, w);
+#endif
         }
       }
     }

@@ -58,29 +58,34 @@ struct WTraits<WFormat::kQ4_K> {
                            uint8_t* units, uint8_t* side) {
     const qw::GgmlQ4_K* src = static_cast<const qw::GgmlQ4_K*>(src_v);
     const int64_t KC = qw::n_chunks(cols), nsb = cols / qw::kSuperCols;
-    uint8_t v[16];
+    uint8_t v[2][2][16];  // [k][p][x]
     for (int64_t tile = t0; tile < t1; ++tile) {
       for (int64_t c = 0; c < KC; ++c) {
         const int64_t unit = (tile - t0) * KC + c;
-        uint32_t* q = reinterpret_cast<uint32_t*>(units + unit * kUnit);  // [lane][s]
+        uint32_t* q = reinterpret_cast<uint32_t*>(units + unit * kUnit);  // [lane][s], written whole
         uint8_t* sd = side + unit * kScaleUnit;
-        std::memset(q, 0, kUnit);
         std::memset(sd, 0, kScaleUnit);
-        for (int rr = 0; rr < 16; ++rr) {
-          const int64_t row = tile * 16 + rr;
-          if (row >= rows) continue;  // q = 0, d = dmin = 0
-          const int g = rr & 7, p = rr >> 3;
-          const qw::GgmlQ4_K& blk = src[row * nsb + c / 4];
+        for (int g = 0; g < 8; ++g) {
           for (int h = 0; h < 2; ++h) {
             const int sub = 2 * int(c % 4) + h;  // sub-block of the super-block
-            uint8_t sc, m;
-            qw::kq_unpack_scale_min(sub, blk.scales, &sc, &m);
-            qw::kq_put_side(sd, rr, h, sc, m, blk.d, blk.dmin);
-            for (int k = 0; k < 2; ++k) {
-              const uint8_t* b = blk.qs + 32 * (sub / 2) + 16 * k;
-              for (int x = 0; x < 16; ++x) v[x] = (b[x] >> (4 * (sub % 2))) & 15u;
-              qw::put_q4(q, g, p, 2 * h + k, v);
+            for (int p = 0; p < 2; ++p) {
+              const int64_t row = tile * 16 + 8 * p + g;
+              if (row >= rows) {  // q = 0, d = dmin = 0
+                std::memset(v[0][p], 0, 16);
+                std::memset(v[1][p], 0, 16);
+                continue;
+              }
+              const qw::GgmlQ4_K& blk = src[row * nsb + c / 4];
+              uint8_t sc, m;
+              qw::kq_unpack_scale_min(sub, blk.scales, &sc, &m);
+              qw::kq_put_side(sd, 8 * p + g, h, sc, m, blk.d, blk.dmin);
+              const uint8_t* b = blk.qs + 32 * (sub / 2);
+              for (int x = 0; x < 16; ++x) {
+                v[0][p][x] = (b[x] >> (4 * (sub % 2))) & 15u;
+                v[1][p][x] = (b[16 + x] >> (4 * (sub % 2))) & 15u;
+              }
             }
+            for (int k = 0; k < 2; ++k) qw::put_q4_rows(q, g, 2 * h + k, v[k][0], v[k][1]);
           }
         }
       }

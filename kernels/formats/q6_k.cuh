@@ -61,34 +61,71 @@ struct WTraits<WFormat::kQ6_K> {
                            uint8_t* units, uint8_t* side) {
     const qw::GgmlQ6_K* src = static_cast<const qw::GgmlQ6_K*>(src_v);
     const int64_t KC = qw::n_chunks(cols), nsb = cols / qw::kSuperCols;
-    uint8_t lo[16], hi[16];
+#if !defined(QSP_REPACK_SSE2)
+    uint8_t lo[2][16], hi[2][16];
+#endif
     for (int64_t tile = t0; tile < t1; ++tile) {
       for (int64_t c = 0; c < KC; ++c) {
         const int64_t unit = (tile - t0) * KC + c;
         uint32_t* q = reinterpret_cast<uint32_t*>(units + unit * kUnit);                        // [lane][s]
         uint32_t* qh = reinterpret_cast<uint32_t*>(units + unit * kUnit + qw::kQ6KHighBytes);  // [lane][2]
         uint8_t* sd = side + unit * kScaleUnit;
-        std::memset(q, 0, kUnit);
+#if !defined(QSP_REPACK_SSE2)
+        std::memset(qh, 0, kUnit - qw::kQ6KHighBytes);  // the low nibble words are written whole
+#endif
         std::memset(sd, 0, kScaleUnit);
-        for (int rr = 0; rr < 16; ++rr) {
-          const int64_t row = tile * 16 + rr;
-          if (row >= rows) continue;  // q = 0, sc = 0, d = 0
-          const int g = rr & 7, p = rr >> 3;
-          const qw::GgmlQ6_K& blk = src[row * nsb + c / 4];
-          for (int s = 0; s < 4; ++s) sd[8 * g + 4 * p + s] = uint8_t(blk.scales[4 * (c % 4) + s]);
-          std::memcpy(sd + 64 + 4 * g + 2 * p, &blk.d, 2);
+        for (int g = 0; g < 8; ++g) {
+          // Rows g and g + 8 of the tile; a padding row has q = 0, sc = 0, d = 0.
+          const qw::GgmlQ6_K* blk[2];
+          for (int p = 0; p < 2; ++p) {
+            const int64_t row = tile * 16 + 8 * p + g;
+            blk[p] = row < rows ? &src[row * nsb + c / 4] : nullptr;
+            if (!blk[p]) continue;
+            for (int s = 0; s < 4; ++s) sd[8 * g + 4 * p + s] = uint8_t(blk[p]->scales[4 * (c % 4) + s]);
+            std::memcpy(sd + 64 + 4 * g + 2 * p, &blk[p]->d, 2);
+          }
+#if defined(QSP_REPACK_SSE2)
+          __m128i w[4], hv[2][4];
           for (int s = 0; s < 4; ++s) {
             // Elements el = 64 (c % 4) + 16 s + x = 128 h + 32 k + i of the super-block.
             const int grp = int(2 * (c % 4)) + (s >> 1), h = grp / 4, k = grp % 4, i0 = 16 * (s & 1);
-            const uint8_t* l = blk.ql + 64 * h + 32 * (k % 2) + i0;
-            const uint8_t* hb = blk.qh + 32 * h + i0;
-            for (int x = 0; x < 16; ++x) {
-              lo[x] = (l[x] >> (4 * (k / 2))) & 15u;
-              hi[x] = (hb[x] >> (2 * k)) & 3u;
+            __m128i lv[2];
+            for (int p = 0; p < 2; ++p) {
+              if (!blk[p]) {
+                lv[p] = hv[p][s] = _mm_setzero_si128();
+                continue;
+              }
+              const uint8_t* lp = blk[p]->ql + 64 * h + 32 * (k % 2) + i0;
+              const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lp));
+              const __m128i hb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p]->qh + 32 * h + i0));
+              lv[p] = _mm_and_si128(_mm_srl_epi16(l, _mm_cvtsi32_si128(4 * (k / 2))), _mm_set1_epi8(0x0f));
+              hv[p][s] = _mm_and_si128(_mm_srl_epi16(hb, _mm_cvtsi32_si128(2 * k)), _mm_set1_epi8(0x03));
             }
-            qw::put_q4(q, g, p, s, lo);
-            qw::put_q2(qh, g, p, s, hi);
+            w[s] = qw::q4_rows_sse(lv[0], lv[1]);
           }
+          qw::store_q4_lanes(q, g, w);
+          qw::store_q2_lanes(qh, g, hv[0], hv[1]);
+#else
+          for (int s = 0; s < 4; ++s) {
+            // Elements el = 64 (c % 4) + 16 s + x = 128 h + 32 k + i of the super-block.
+            const int grp = int(2 * (c % 4)) + (s >> 1), h = grp / 4, k = grp % 4, i0 = 16 * (s & 1);
+            for (int p = 0; p < 2; ++p) {
+              if (!blk[p]) {
+                std::memset(lo[p], 0, 16);
+                std::memset(hi[p], 0, 16);
+                continue;
+              }
+              const uint8_t* l = blk[p]->ql + 64 * h + 32 * (k % 2) + i0;
+              const uint8_t* hb = blk[p]->qh + 32 * h + i0;
+              for (int x = 0; x < 16; ++x) {
+                lo[p][x] = (l[x] >> (4 * (k / 2))) & 15u;
+                hi[p][x] = (hb[x] >> (2 * k)) & 3u;
+              }
+            }
+            qw::put_q4_rows(q, g, s, lo[0], lo[1]);
+            qw::put_q2_rows(qh, g, s, hi[0], hi[1]);
+          }
+#endif
         }
       }
     }
