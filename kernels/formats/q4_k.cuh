@@ -58,7 +58,9 @@ struct WTraits<WFormat::kQ4_K> {
                            uint8_t* units, uint8_t* side) {
     const qw::GgmlQ4_K* src = static_cast<const qw::GgmlQ4_K*>(src_v);
     const int64_t KC = qw::n_chunks(cols), nsb = cols / qw::kSuperCols;
+#if !defined(QSP_REPACK_SSE2)
     uint8_t v[2][2][16];  // [k][p][x]
+#endif
     for (int64_t tile = t0; tile < t1; ++tile) {
       for (int64_t c = 0; c < KC; ++c) {
         const int64_t unit = (tile - t0) * KC + c;
@@ -66,13 +68,20 @@ struct WTraits<WFormat::kQ4_K> {
         uint8_t* sd = side + unit * kScaleUnit;
         std::memset(sd, 0, kScaleUnit);
         for (int g = 0; g < 8; ++g) {
+#if defined(QSP_REPACK_SSE2)
+          __m128i w[4], vv[2][2];  // lane words per step; codes [k][p]
+#endif
           for (int h = 0; h < 2; ++h) {
             const int sub = 2 * int(c % 4) + h;  // sub-block of the super-block
             for (int p = 0; p < 2; ++p) {
               const int64_t row = tile * 16 + 8 * p + g;
               if (row >= rows) {  // q = 0, d = dmin = 0
+#if defined(QSP_REPACK_SSE2)
+                vv[0][p] = vv[1][p] = _mm_setzero_si128();
+#else
                 std::memset(v[0][p], 0, 16);
                 std::memset(v[1][p], 0, 16);
+#endif
                 continue;
               }
               const qw::GgmlQ4_K& blk = src[row * nsb + c / 4];
@@ -80,13 +89,27 @@ struct WTraits<WFormat::kQ4_K> {
               qw::kq_unpack_scale_min(sub, blk.scales, &sc, &m);
               qw::kq_put_side(sd, 8 * p + g, h, sc, m, blk.d, blk.dmin);
               const uint8_t* b = blk.qs + 32 * (sub / 2);
+#if defined(QSP_REPACK_SSE2)
+              const __m128i sh = _mm_cvtsi32_si128(4 * (sub % 2)), lo4 = _mm_set1_epi8(0x0f);
+              for (int k = 0; k < 2; ++k)
+                vv[k][p] = _mm_and_si128(
+                    _mm_srl_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 * k)), sh), lo4);
+#else
               for (int x = 0; x < 16; ++x) {
                 v[0][p][x] = (b[x] >> (4 * (sub % 2))) & 15u;
                 v[1][p][x] = (b[16 + x] >> (4 * (sub % 2))) & 15u;
               }
+#endif
             }
+#if defined(QSP_REPACK_SSE2)
+            for (int k = 0; k < 2; ++k) w[2 * h + k] = qw::q4_rows_sse(vv[k][0], vv[k][1]);
+#else
             for (int k = 0; k < 2; ++k) qw::put_q4_rows(q, g, 2 * h + k, v[k][0], v[k][1]);
+#endif
           }
+#if defined(QSP_REPACK_SSE2)
+          qw::store_q4_lanes(q, g, w);
+#endif
         }
       }
     }
