@@ -59,6 +59,23 @@ size_t dweight_bytes(WFormat fmt, int64_t rows, int64_t cols);
 // unsupported dtype is kF16 (callers check format_supported first).
 WFormat format_for(int32_t gguf_dtype);
 void repack_weight(int32_t gguf_dtype, const void* src, int64_t rows, int64_t cols, void* dst);
+// The same in pieces (the CUDA backend's upload: several threads, each piece
+// copied while the next is repacked): the device layout is a sequence of
+// 16-row tiles (row-major formats: 16 rows) whose bytes lie in two
+// contiguous ranges of the buffer, `units` (quantized weights / rows) and
+// `side` (scales and other per-unit data; empty for fp16). dweight_tiles
+// says where tiles [t0, t1) lie; repack_weight_tiles writes exactly those
+// bytes, the units part to `units` and the side part to `side` (either may
+// point anywhere). Pieces covering [0, dweight_tile_count(rows)) in any
+// order equal repack_weight byte for byte.
+struct TileSpan {
+  size_t units_off = 0, units_bytes = 0;  // in the whole device layout
+  size_t side_off = 0, side_bytes = 0;
+};
+int64_t dweight_tile_count(int64_t rows);
+TileSpan dweight_tiles(WFormat fmt, int64_t rows, int64_t cols, int64_t t0, int64_t t1);
+void repack_weight_tiles(int32_t gguf_dtype, const void* src, int64_t rows, int64_t cols, int64_t t0, int64_t t1,
+                         void* units, void* side);
 
 // Whether gemm() supports this weight shape; on false, *why says why.
 bool gemm_supported(WFormat fmt, int64_t rows, int64_t cols, const char** why);

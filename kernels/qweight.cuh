@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "common/parallel.h"
 #include "kernels/kernels.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight_layout.h"
@@ -26,7 +25,11 @@ namespace kern {
 //   serves(dtype)     whether GGUF dtype `dtype` is stored in this format
 //   bytes(rows, cols) bytes of the device layout of a rows x cols matrix
 //   scales_offset(rows, cols)  byte offset of the scale array (0: none)
-//   repack(dtype, src, rows, cols, dst)  GGUF bytes -> the device layout
+//   repack_tiles(dtype, src, rows, cols, t0, t1, units, side)  GGUF bytes ->
+//                     the device layout of 16-row tiles [t0, t1): their units
+//                     (row-major: rows) to `units`, their side data to `side`
+//                     (kern::repack_weight_tiles; repack_weight runs it over
+//                     all tiles on all cores)
 //   kColsMultiple     optional: K must be a multiple of it (the K-quants:
 //                     256); 32 where absent (qw::ColsMultiple, gemm_supported)
 //  Layout
@@ -299,50 +302,51 @@ QSP_HD inline void dq_q5_1(uint32_t q, uint32_t qh, int s, uint32_t sc, uint32_t
   f[3] = hd::ffma2(hd::ffma2(x[3], kMul, kAdd), d_hi, m_hi);
 }
 
-// Host repacking shared by the three: `blk(row, b, q, d, m)` fills the 32
+// Host repacking shared by the three, tiles [t0, t1) (units to `units`, side
+// data to `side`): `blk(row, b, q, d, m)` fills the 32
 // values q (0..31) and the fp16 bits of d and m of block b of row (always a
 // real block). Padding gets d = m = 0 and q = pad_q (Q5_0: 16, i.e. 0).
 // Unit: [512 B nibble words (Q4_0's)][qh_bytes: high-bit word of lane l at
 // 4 l]; side data: [64 B d (Q4_0's)][m_bytes: the same for m].
 template <class Blk>
-void repack_legacy(int64_t rows, int64_t cols, uint8_t* dst, int unit, int scale_unit, bool has_qh, bool has_m,
-                   int pad_q, Blk blk) {
+void repack_legacy(int64_t rows, int64_t cols, int64_t t0, int64_t t1, uint8_t* units, uint8_t* side, int unit,
+                   int scale_unit, bool has_qh, bool has_m, int pad_q, Blk blk) {
   const int64_t KC = n_chunks(cols), nb = cols / 32;
-  const size_t soff = unit_array_bytes(unit, rows, cols);
-  static const ChunkMap map;
-  parallel_for(n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
-    uint8_t q[32];
-    for (int64_t tile = t0; tile < t1; ++tile) {
-      for (int64_t c = 0; c < KC; ++c) {
-        const int64_t u = tile * KC + c;
-        uint8_t* ub = dst + u * unit;
-        uint32_t* nib = reinterpret_cast<uint32_t*>(ub);  // [lane][s]
-        uint32_t* qh = reinterpret_cast<uint32_t*>(ub + kQ4UnitBytes);  // [lane]
-        uint16_t* sc = reinterpret_cast<uint16_t*>(dst + soff + u * scale_unit);
-        std::memset(ub, 0, size_t(unit));
-        for (int rr = 0; rr < 16; ++rr) {
-          const int64_t row = tile * 16 + rr;
-          const int g = rr & 7, p = rr >> 3;
-          for (int h = 0; h < 2; ++h) {
-            const int64_t b = 2 * c + h;
+  uint8_t q[2][32], lo[2][32], hi[32];
+  for (int64_t tile = t0; tile < t1; ++tile) {
+    for (int64_t c = 0; c < KC; ++c) {
+      const int64_t u = (tile - t0) * KC + c;
+      uint8_t* ub = units + u * unit;
+      uint32_t* nib = reinterpret_cast<uint32_t*>(ub);                // [lane][s]
+      uint32_t* qh = reinterpret_cast<uint32_t*>(ub + kQ4UnitBytes);  // [lane]
+      uint16_t* sc = reinterpret_cast<uint16_t*>(side + u * scale_unit);
+      if (has_qh) std::memset(qh, 0, size_t(unit - kQ4UnitBytes));
+      for (int g = 0; g < 8; ++g) {
+        for (int h = 0; h < 2; ++h) {
+          const int64_t b = 2 * c + h;
+          for (int p = 0; p < 2; ++p) {
+            const int64_t row = tile * 16 + 8 * p + g;
             uint16_t d = 0, m = 0;
             if (row < rows && b < nb) {
-              blk(row, b, q, d, m);
+              blk(row, b, q[p], d, m);
             } else {
-              std::memset(q, pad_q, sizeof q);
+              std::memset(q[p], pad_q, sizeof q[p]);
             }
             sc[4 * g + 2 * h + p] = d;
             if (has_m) sc[32 + 4 * g + 2 * h + p] = m;
-            for (int i = 0; i < 32; ++i) {
-              const int j = 32 * h + i, lane = 4 * g + map.t[j];
-              nib[lane * 4 + map.s[j]] |= uint32_t(q[i] & 15u) << q4_shift(p, map.e[j]);
-              if (has_qh) qh[lane] |= uint32_t(q[i] >> 4) << qh_bit(map.s[j], p, map.e[j]);
+            for (int i = 0; i < 32; ++i) lo[p][i] = q[p][i] & 15u;
+            if (has_qh) {
+              for (int i = 0; i < 32; ++i) hi[i] = q[p][i] >> 4;
+              put_bit(qh, g, p, 2 * h, hi);
+              put_bit(qh, g, p, 2 * h + 1, hi + 16);
             }
           }
+          put_q4_rows(nib, g, 2 * h, lo[0], lo[1]);
+          put_q4_rows(nib, g, 2 * h + 1, lo[0] + 16, lo[1] + 16);
         }
       }
     }
-  });
+  }
 }
 
 }  // namespace qw

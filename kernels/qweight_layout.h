@@ -1,6 +1,6 @@
 // The device layout of GEMM weights ("tiled" layout), documented once, and its
 // index arithmetic, usable from host and device code: the host repacking of
-// each format (kernels/formats/<name>.cuh, repack()) writes it, the format
+// each format (kernels/formats/<name>.cuh, repack_tiles()) writes it, the format
 // decoders (the same headers) and kernels/qweight.cuh read it.
 //
 // W is rows (N, outputs) x cols (K, inputs), K contiguous in GGUF.
@@ -51,6 +51,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#if defined(__SSE2__) && !defined(__CUDA_ARCH__)
+#include <emmintrin.h>
+#define QSP_REPACK_SSE2 1  // the host repacks' vector forms (x86-64: always)
+#endif
 
 #if defined(__CUDACC__)
 #define QSP_HD __host__ __device__
@@ -109,19 +113,94 @@ QSP_HD inline size_t scale_byte(const Coord& c) {
   return size_t(c.unit) * kScaleUnitBytes + 8 * c.g + 2 * (2 * c.h + c.p);
 }
 
-// Host repacking: where column j (0..63) of a chunk goes, lane quad t, k step
-// s, element e (coord_of, tabulated once per format).
-struct ChunkMap {
-  uint8_t t[64], s[64], e[64];
-  ChunkMap() {
-    for (int j = 0; j < 64; ++j) {
-      const Coord c = coord_of(0, j, 64);
-      t[j] = uint8_t(c.lane & 3);
-      s[j] = uint8_t(c.s);
-      e[j] = uint8_t(c.e);
-    }
+// ---- Host repacking: one row's 16 values of one k step ------------------------
+// v[x] is the value at column 16 s + x of tile row 8 p + g (x = 0..15): lane
+// 4 g + t holds columns 2t, 2t + 1 (e = 0, 1) and 2t + 8, 2t + 9 (e = 2, 3).
+// The repacks of every tiled format place their codes through these (the
+// per-element coord_of walk they replace cost ~10x the time at upload).
+// Q4 nibble words [lane][4] (q4_shift), ORed into zeroed words; v < 16.
+inline void put_q4(uint32_t* q, int g, int p, int s, const uint8_t* v) {
+  for (int t = 0; t < 4; ++t)
+    q[(4 * g + t) * 4 + s] |= (uint32_t(v[2 * t]) | uint32_t(v[2 * t + 8]) << 4 | uint32_t(v[2 * t + 1]) << 16 |
+                               uint32_t(v[2 * t + 9]) << 20)
+                              << (8 * p);
+}
+// Both rows g (v0) and g + 8 (v1) at once: whole words, nothing to zero first.
+inline void put_q4_rows(uint32_t* q, int g, int s, const uint8_t* v0, const uint8_t* v1) {
+  for (int t = 0; t < 4; ++t)
+    q[(4 * g + t) * 4 + s] = uint32_t(v0[2 * t]) | uint32_t(v0[2 * t + 8]) << 4 | uint32_t(v1[2 * t]) << 8 |
+                             uint32_t(v1[2 * t + 8]) << 12 | uint32_t(v0[2 * t + 1]) << 16 |
+                             uint32_t(v0[2 * t + 9]) << 20 | uint32_t(v1[2 * t + 1]) << 24 |
+                             uint32_t(v1[2 * t + 9]) << 28;
+}
+// One bit per element in a lane word [lane] at 4 s + 2 p + (e >> 1) + 16 (e & 1)
+// (Q5_x's qh_bit, Q3_K's q3h_bit), ORed; v < 2.
+inline void put_bit(uint32_t* w, int g, int p, int s, const uint8_t* v) {
+  for (int t = 0; t < 4; ++t)
+    w[4 * g + t] |= (uint32_t(v[2 * t]) | uint32_t(v[2 * t + 8]) << 1 | uint32_t(v[2 * t + 1]) << 16 |
+                     uint32_t(v[2 * t + 9]) << 17)
+                    << (4 * s + 2 * p);
+}
+// Two bits per element in lane words [lane][2] at word s >> 1, bit
+// 2 (4 (s & 1) + 2 p + (e >> 1)) + 16 (e & 1) (the K-quants' q2_bit), ORed; v < 4.
+inline void put_q2(uint32_t* w, int g, int p, int s, const uint8_t* v) {
+  for (int t = 0; t < 4; ++t)
+    w[(4 * g + t) * 2 + (s >> 1)] |= (uint32_t(v[2 * t]) | uint32_t(v[2 * t + 8]) << 2 |
+                                      uint32_t(v[2 * t + 1]) << 16 | uint32_t(v[2 * t + 9]) << 18)
+                                     << (8 * (s & 1) + 4 * p);
+}
+// Both rows g (v0) and g + 8 (v1) of put_q2, ORed (the word's other k step
+// shares it).
+inline void put_q2_rows(uint32_t* w, int g, int s, const uint8_t* v0, const uint8_t* v1) {
+  for (int t = 0; t < 4; ++t)
+    w[(4 * g + t) * 2 + (s >> 1)] |= (uint32_t(v0[2 * t]) | uint32_t(v0[2 * t + 8]) << 2 | uint32_t(v1[2 * t]) << 4 |
+                                      uint32_t(v1[2 * t + 8]) << 6 | uint32_t(v0[2 * t + 1]) << 16 |
+                                      uint32_t(v0[2 * t + 9]) << 18 | uint32_t(v1[2 * t + 1]) << 20 |
+                                      uint32_t(v1[2 * t + 9]) << 22)
+                                     << (8 * (s & 1));
+}
+#if defined(QSP_REPACK_SSE2)
+// put_q4_rows in SSE2: v0, v1 hold the 16 codes (< 16) of rows g and g + 8
+// for one k step; the result holds the four lane words of that step (lane
+// 4g + t in word t).
+inline __m128i q4_rows_sse(__m128i v0, __m128i v1) {
+  const auto pairs = [](__m128i x) { return _mm_or_si128(x, _mm_slli_epi16(_mm_srli_si128(x, 8), 4)); };
+  return _mm_unpacklo_epi8(pairs(v0), pairs(v1));
+}
+// The words of steps 0..3 (w[s] from q4_rows_sse) stored as lanes 4g..4g+3's
+// 16-byte rows of a Q4 word array [lane][4]: a 4 x 4 transpose.
+inline void store_q4_lanes(uint32_t* q, int g, const __m128i (&w)[4]) {
+  const __m128i t0 = _mm_unpacklo_epi32(w[0], w[1]), t1 = _mm_unpacklo_epi32(w[2], w[3]);
+  const __m128i t2 = _mm_unpackhi_epi32(w[0], w[1]), t3 = _mm_unpackhi_epi32(w[2], w[3]);
+  __m128i* lane = reinterpret_cast<__m128i*>(q + 16 * g);
+  _mm_storeu_si128(lane + 0, _mm_unpacklo_epi64(t0, t1));
+  _mm_storeu_si128(lane + 1, _mm_unpackhi_epi64(t0, t1));
+  _mm_storeu_si128(lane + 2, _mm_unpacklo_epi64(t2, t3));
+  _mm_storeu_si128(lane + 3, _mm_unpackhi_epi64(t2, t3));
+}
+// put_q2_rows for all four k steps in SSE2, stored whole: v0[s], v1[s] hold
+// the 16 codes (< 4) of rows g and g + 8 for step s; lanes 4g..4g+3's two
+// words each of a [lane][2] array.
+inline void store_q2_lanes(uint32_t* w, int g, const __m128i (&v0)[4], const __m128i (&v1)[4]) {
+  const auto pairs = [](__m128i x) { return _mm_or_si128(x, _mm_slli_epi16(_mm_srli_si128(x, 8), 2)); };
+  __m128i x[4];
+  for (int s = 0; s < 4; ++s) x[s] = _mm_or_si128(pairs(v0[s]), _mm_slli_epi16(pairs(v1[s]), 4));
+  const __m128i u0 = _mm_unpacklo_epi8(x[0], x[1]), u1 = _mm_unpacklo_epi8(x[2], x[3]);  // words s >> 1 = 0, 1
+  __m128i* lane = reinterpret_cast<__m128i*>(w + 8 * g);
+  _mm_storeu_si128(lane + 0, _mm_unpacklo_epi32(u0, u1));
+  _mm_storeu_si128(lane + 1, _mm_unpackhi_epi32(u0, u1));
+}
+#endif
+// Q8_0 bytes (q8_byte) of the unit, stored.
+inline void put_q8(uint8_t* q, int g, int p, int s, const uint8_t* v) {
+  for (int t = 0; t < 4; ++t) {
+    uint8_t* o = q + 512 * (s >> 1) + 16 * (4 * g + t) + 8 * p + 4 * (s & 1);
+    o[0] = v[2 * t];
+    o[1] = v[2 * t + 1];
+    o[2] = v[2 * t + 8];
+    o[3] = v[2 * t + 9];
   }
-};
+}
 
 }  // namespace qw
 }  // namespace kern

@@ -4,9 +4,9 @@
 // the wgmma path. The traits contract is listed in kernels/qweight.cuh.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 
-#include "common/parallel.h"
 #include "common/quant.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
@@ -22,19 +22,25 @@ struct WTraits<WFormat::kF16> {
   }
   __host__ __device__ static size_t scales_offset(int64_t, int64_t) { return 0; }
   static size_t bytes(int64_t rows, int64_t cols) { return size_t(rows) * size_t(cols) * 2; }
-  static void repack(int32_t dtype, const void* src, int64_t rows, int64_t cols, uint8_t* dst) {
+  // Tiles [t0, t1) only (kern::repack_weight_tiles), a tile being 16 rows
+  // here too: rows [16 t0, min(rows, 16 t1)) to `units`; no side data.
+  static void repack_tiles(int32_t dtype, const void* src, int64_t rows, int64_t cols, int64_t t0, int64_t t1,
+                           uint8_t* units, uint8_t*) {
+    const int64_t r0 = std::min(rows, qw::kTileRows * t0), r1 = std::min(rows, qw::kTileRows * t1);
+    if (r1 <= r0) return;
+    const int64_t n = (r1 - r0) * cols, first = r0 * cols;
     if (dtype == QSP_DTYPE_F16) {
-      std::memcpy(dst, src, bytes(rows, cols));
+      std::memcpy(units, static_cast<const uint16_t*>(src) + first, size_t(n) * 2);
       return;
     }
-    uint16_t* o = reinterpret_cast<uint16_t*>(dst);
-    parallel_for(rows, rows * cols, [=](int64_t r0, int64_t r1) {
-      for (int64_t i = r0 * cols; i < r1 * cols; ++i) {
-        const float v = dtype == QSP_DTYPE_F32 ? static_cast<const float*>(src)[i]
-                                               : bf16_to_fp32(static_cast<const uint16_t*>(src)[i]);
-        o[i] = fp32_to_fp16(v);
-      }
-    });
+    uint16_t* o = reinterpret_cast<uint16_t*>(units);
+    if (dtype == QSP_DTYPE_F32) {
+      const float* f = static_cast<const float*>(src) + first;
+      for (int64_t i = 0; i < n; ++i) o[i] = fp32_to_fp16(f[i]);
+    } else {
+      const uint16_t* bf = static_cast<const uint16_t*>(src) + first;
+      for (int64_t i = 0; i < n; ++i) o[i] = fp32_to_fp16(bf16_to_fp32(bf[i]));
+    }
   }
 
   // ---- Layout -----------------------------------------------------------------------------

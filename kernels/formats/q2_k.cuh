@@ -19,7 +19,6 @@
 
 #include <cstring>
 
-#include "common/parallel.h"
 #include "common/quant.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
@@ -40,38 +39,39 @@ struct WTraits<WFormat::kQ2_K> {
     return qw::unit_array_bytes(kUnit, rows, cols);
   }
   static size_t bytes(int64_t rows, int64_t cols) { return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols); }
-  // cols % 256 == 0 (checked by the caller).
-  static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
+  // Tiles [t0, t1) only (kern::repack_weight_tiles): their units to `units`,
+  // their side data to `side`. cols % 256 == 0 (checked by the caller).
+  static void repack_tiles(int32_t, const void* src_v, int64_t rows, int64_t cols, int64_t t0, int64_t t1,
+                           uint8_t* units, uint8_t* side) {
     const uint8_t* src = static_cast<const uint8_t*>(src_v);
     const int64_t KC = qw::n_chunks(cols), nsb = cols / 256;
-    const size_t soff = scales_offset(rows, cols);
-    static const qw::ChunkMap map;
-    parallel_for(qw::n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
-      for (int64_t tile = t0; tile < t1; ++tile) {
-        for (int64_t c = 0; c < KC; ++c) {
-          const int64_t u = tile * KC + c;
-          uint32_t* q = reinterpret_cast<uint32_t*>(dst + u * kUnit);  // [lane][2]
-          uint8_t* sc = dst + soff + u * kScaleUnit;
-          std::memset(q, 0, kUnit);
-          std::memset(sc, 0, kScaleUnit);
-          for (int rr = 0; rr < 16; ++rr) {
-            const int64_t row = tile * 16 + rr;
-            if (row >= rows) continue;  // padding: q = 0, sc = m = 0, d = dmin = 0
-            const int g = rr & 7, p = rr >> 3;
-            const uint8_t* blk = src + (row * nsb + c / 4) * kBlockBytes;
-            uint16_t* dd = reinterpret_cast<uint16_t*>(sc + 64 + 8 * g);
-            dd[p] = uint16_t(blk[80] | blk[81] << 8);
-            dd[2 + p] = uint16_t(blk[82] | blk[83] << 8);
-            for (int s = 0; s < 4; ++s) sc[qw::ksc_byte(g, p, s)] = blk[4 * (c % 4) + s];
-            for (int j = 0; j < 64; ++j) {
-              const int e = int(64 * (c % 4)) + j;  // element of the super-block
-              const uint32_t v = (blk[16 + 32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3u;
-              q[(4 * g + map.t[j]) * 2 + (map.s[j] >> 1)] |= v << qw::q2_bit(map.s[j], p, map.e[j]);
-            }
+    uint8_t v[16];
+    for (int64_t tile = t0; tile < t1; ++tile) {
+      for (int64_t c = 0; c < KC; ++c) {
+        const int64_t u = (tile - t0) * KC + c;
+        uint32_t* q = reinterpret_cast<uint32_t*>(units + u * kUnit);  // [lane][2]
+        uint8_t* sc = side + u * kScaleUnit;
+        std::memset(q, 0, kUnit);
+        std::memset(sc, 0, kScaleUnit);
+        for (int rr = 0; rr < 16; ++rr) {
+          const int64_t row = tile * 16 + rr;
+          if (row >= rows) continue;  // padding: q = 0, sc = m = 0, d = dmin = 0
+          const int g = rr & 7, p = rr >> 3;
+          const uint8_t* blk = src + (row * nsb + c / 4) * kBlockBytes;
+          uint16_t* dd = reinterpret_cast<uint16_t*>(sc + 64 + 8 * g);
+          dd[p] = uint16_t(blk[80] | blk[81] << 8);
+          dd[2 + p] = uint16_t(blk[82] | blk[83] << 8);
+          for (int s = 0; s < 4; ++s) sc[qw::ksc_byte(g, p, s)] = blk[4 * (c % 4) + s];
+          for (int s = 0; s < 4; ++s) {
+            // Elements 64 (c % 4) + 16 s + x of the super-block: 32-group grp.
+            const int grp = int(2 * (c % 4)) + (s >> 1);
+            const uint8_t* b = blk + 16 + 32 * (grp / 4) + 16 * (s & 1);
+            for (int x = 0; x < 16; ++x) v[x] = (b[x] >> (2 * (grp % 4))) & 3u;
+            qw::put_q2(q, g, p, s, v);
           }
         }
       }
-    });
+    }
   }
 
   // ---- Layout -----------------------------------------------------------------------------

@@ -6,7 +6,6 @@
 
 #include <cstring>
 
-#include "common/parallel.h"
 #include "common/quant.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
@@ -24,47 +23,58 @@ struct WTraits<WFormat::kQ4_0> {
   static size_t bytes(int64_t rows, int64_t cols) {
     return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols);
   }
-  // cols % 32 == 0 (checked by the caller).
-  static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
+  // Tiles [t0, t1) only (kern::repack_weight_tiles): their units to `units`,
+  // their scales to `side`. cols % 32 == 0 (checked by the caller).
+  static void repack_tiles(int32_t, const void* src_v, int64_t rows, int64_t cols, int64_t t0, int64_t t1,
+                           uint8_t* units, uint8_t* side) {
     const BlockQ4_0* src = static_cast<const BlockQ4_0*>(src_v);
     const int64_t KC = qw::n_chunks(cols), nb = cols / kQBlock;
-    const size_t soff = scales_offset(rows, cols);
-    static const qw::ChunkMap map;
-    parallel_for(qw::n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
-      uint8_t nib[32];
-      for (int64_t tile = t0; tile < t1; ++tile) {
-        for (int64_t c = 0; c < KC; ++c) {
-          const int64_t unit = tile * KC + c;
-          uint32_t* q = reinterpret_cast<uint32_t*>(dst + unit * kUnit);  // [lane][s]
-          uint16_t* sc = reinterpret_cast<uint16_t*>(dst + soff + unit * kScaleUnit);
-          std::memset(q, 0, kUnit);
-          for (int rr = 0; rr < 16; ++rr) {
-            const int64_t row = tile * 16 + rr;
-            const int g = rr & 7, p = rr >> 3;
-            for (int h = 0; h < 2; ++h) {
-              // Block 2c+h is chunk cols 32h .. 32h+31.
-              const int64_t b = 2 * c + h;
+    static const uint8_t kPad[16] = {0x88, 0x88, 0x88, 0x88, 0x88, 0x88, 0x88, 0x88,
+                                     0x88, 0x88, 0x88, 0x88, 0x88, 0x88, 0x88, 0x88};  // q = 8: decodes to 0
+    for (int64_t tile = t0; tile < t1; ++tile) {
+      for (int64_t c = 0; c < KC; ++c) {
+        const int64_t unit = (tile - t0) * KC + c;
+        uint32_t* q = reinterpret_cast<uint32_t*>(units + unit * kUnit);  // [lane][s]
+        uint16_t* sc = reinterpret_cast<uint16_t*>(side + unit * kScaleUnit);
+        for (int g = 0; g < 8; ++g) {
+#if defined(QSP_REPACK_SSE2)
+          __m128i w[4];
+#endif
+          for (int h = 0; h < 2; ++h) {
+            // Block 2c+h is chunk cols 32h .. 32h+31: k steps 2h (low
+            // nibbles: elements 0..15) and 2h+1 (high nibbles: 16..31).
+            const int64_t b = 2 * c + h;
+            const uint8_t* qs[2];
+            for (int p = 0; p < 2; ++p) {
+              const int64_t row = tile * 16 + 8 * p + g;
               const bool ok = row < rows && b < nb;
-              if (ok) {
-                const BlockQ4_0& blk = src[row * nb + b];
-                for (int j = 0; j < 16; ++j) {
-                  nib[j] = blk.qs[j] & 15u;
-                  nib[j + 16] = blk.qs[j] >> 4;
-                }
-                sc[4 * g + 2 * h + p] = blk.d;
-              } else {
-                std::memset(nib, 8, sizeof nib);  // decodes to 0 (and d = 0)
-                sc[4 * g + 2 * h + p] = 0;
-              }
-              for (int i = 0; i < 32; ++i) {
-                const int j = 32 * h + i;
-                q[(4 * g + map.t[j]) * 4 + map.s[j]] |= uint32_t(nib[i]) << qw::q4_shift(p, map.e[j]);
-              }
+              qs[p] = ok ? src[row * nb + b].qs : kPad;
+              sc[4 * g + 2 * h + p] = ok ? src[row * nb + b].d : uint16_t(0);
             }
+#if defined(QSP_REPACK_SSE2)
+            // The lane words of steps 2h (low nibbles) and 2h + 1 (high).
+            const __m128i lo4 = _mm_set1_epi8(0x0f);
+            const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs[0]));
+            const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs[1]));
+            w[2 * h] = qw::q4_rows_sse(_mm_and_si128(r0, lo4), _mm_and_si128(r1, lo4));
+            w[2 * h + 1] = qw::q4_rows_sse(_mm_and_si128(_mm_srli_epi16(r0, 4), lo4),
+                                           _mm_and_si128(_mm_srli_epi16(r1, 4), lo4));
+#else
+            uint8_t v[2][2][16];  // [k][p][x]
+            for (int p = 0; p < 2; ++p)
+              for (int x = 0; x < 16; ++x) {
+                v[0][p][x] = qs[p][x] & 15u;
+                v[1][p][x] = qs[p][x] >> 4;
+              }
+            for (int k = 0; k < 2; ++k) qw::put_q4_rows(q, g, 2 * h + k, v[k][0], v[k][1]);
+#endif
           }
+#if defined(QSP_REPACK_SSE2)
+          qw::store_q4_lanes(q, g, w);
+#endif
         }
       }
-    });
+    }
   }
 
   // ---- Layout -----------------------------------------------------------------------------

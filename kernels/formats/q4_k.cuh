@@ -22,7 +22,6 @@
 
 #include <cstring>
 
-#include "common/parallel.h"
 #include "common/quant.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
@@ -53,40 +52,67 @@ struct WTraits<WFormat::kQ4_K> {
     return qw::unit_array_bytes(kUnit, rows, cols);
   }
   static size_t bytes(int64_t rows, int64_t cols) { return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols); }
-  // cols % 256 == 0 (checked by the caller). Padding rows decode to 0.
-  static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
+  // Tiles [t0, t1) only (kern::repack_weight_tiles): their units to `units`,
+  // their side data to `side`. cols % 256 == 0 (checked by the caller). Padding rows decode to 0.
+  static void repack_tiles(int32_t, const void* src_v, int64_t rows, int64_t cols, int64_t t0, int64_t t1,
+                           uint8_t* units, uint8_t* side) {
     const qw::GgmlQ4_K* src = static_cast<const qw::GgmlQ4_K*>(src_v);
     const int64_t KC = qw::n_chunks(cols), nsb = cols / qw::kSuperCols;
-    const size_t soff = scales_offset(rows, cols);
-    static const qw::ChunkMap map;
-    parallel_for(qw::n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
-      for (int64_t tile = t0; tile < t1; ++tile) {
-        for (int64_t c = 0; c < KC; ++c) {
-          const int64_t unit = tile * KC + c;
-          uint32_t* q = reinterpret_cast<uint32_t*>(dst + unit * kUnit);  // [lane][s]
-          uint8_t* side = dst + soff + unit * kScaleUnit;
-          std::memset(q, 0, kUnit);
-          std::memset(side, 0, kScaleUnit);
-          for (int rr = 0; rr < 16; ++rr) {
-            const int64_t row = tile * 16 + rr;
-            if (row >= rows) continue;  // q = 0, d = dmin = 0
-            const int g = rr & 7, p = rr >> 3;
-            const qw::GgmlQ4_K& blk = src[row * nsb + c / 4];
-            for (int h = 0; h < 2; ++h) {
-              const int sub = 2 * int(c % 4) + h;  // sub-block of the super-block
+#if !defined(QSP_REPACK_SSE2)
+    uint8_t v[2][2][16];  // [k][p][x]
+#endif
+    for (int64_t tile = t0; tile < t1; ++tile) {
+      for (int64_t c = 0; c < KC; ++c) {
+        const int64_t unit = (tile - t0) * KC + c;
+        uint32_t* q = reinterpret_cast<uint32_t*>(units + unit * kUnit);  // [lane][s], written whole
+        uint8_t* sd = side + unit * kScaleUnit;
+        std::memset(sd, 0, kScaleUnit);
+        for (int g = 0; g < 8; ++g) {
+#if defined(QSP_REPACK_SSE2)
+          __m128i w[4], vv[2][2];  // lane words per step; codes [k][p]
+#endif
+          for (int h = 0; h < 2; ++h) {
+            const int sub = 2 * int(c % 4) + h;  // sub-block of the super-block
+            for (int p = 0; p < 2; ++p) {
+              const int64_t row = tile * 16 + 8 * p + g;
+              if (row >= rows) {  // q = 0, d = dmin = 0
+#if defined(QSP_REPACK_SSE2)
+                vv[0][p] = vv[1][p] = _mm_setzero_si128();
+#else
+                std::memset(v[0][p], 0, 16);
+                std::memset(v[1][p], 0, 16);
+#endif
+                continue;
+              }
+              const qw::GgmlQ4_K& blk = src[row * nsb + c / 4];
               uint8_t sc, m;
               qw::kq_unpack_scale_min(sub, blk.scales, &sc, &m);
-              qw::kq_put_side(side, rr, h, sc, m, blk.d, blk.dmin);
-              for (int i = 0; i < 32; ++i) {
-                const int j = 32 * h + i;
-                const uint32_t nib = (blk.qs[32 * (sub / 2) + i] >> (4 * (sub % 2))) & 15u;
-                q[(4 * g + map.t[j]) * 4 + map.s[j]] |= nib << qw::q4_shift(p, map.e[j]);
+              qw::kq_put_side(sd, 8 * p + g, h, sc, m, blk.d, blk.dmin);
+              const uint8_t* b = blk.qs + 32 * (sub / 2);
+#if defined(QSP_REPACK_SSE2)
+              const __m128i sh = _mm_cvtsi32_si128(4 * (sub % 2)), lo4 = _mm_set1_epi8(0x0f);
+              for (int k = 0; k < 2; ++k)
+                vv[k][p] = _mm_and_si128(
+                    _mm_srl_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 * k)), sh), lo4);
+#else
+              for (int x = 0; x < 16; ++x) {
+                v[0][p][x] = (b[x] >> (4 * (sub % 2))) & 15u;
+                v[1][p][x] = (b[16 + x] >> (4 * (sub % 2))) & 15u;
               }
+#endif
             }
+#if defined(QSP_REPACK_SSE2)
+            for (int k = 0; k < 2; ++k) w[2 * h + k] = qw::q4_rows_sse(vv[k][0], vv[k][1]);
+#else
+            for (int k = 0; k < 2; ++k) qw::put_q4_rows(q, g, 2 * h + k, v[k][0], v[k][1]);
+#endif
           }
+#if defined(QSP_REPACK_SSE2)
+          qw::store_q4_lanes(q, g, w);
+#endif
         }
       }
-    });
+    }
   }
 
   // ---- Layout -----------------------------------------------------------------------------

@@ -26,11 +26,13 @@ struct WTraits<WFormat::kQ5_0> {
     return qw::unit_array_bytes(kUnit, rows, cols);
   }
   static size_t bytes(int64_t rows, int64_t cols) { return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols); }
-  // cols % 32 == 0 (checked by the caller).
-  static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
+  // Tiles [t0, t1) only (kern::repack_weight_tiles). cols % 32 == 0 (checked
+  // by the caller).
+  static void repack_tiles(int32_t, const void* src_v, int64_t rows, int64_t cols, int64_t t0, int64_t t1,
+                           uint8_t* units, uint8_t* side) {
     const uint8_t* src = static_cast<const uint8_t*>(src_v);
     const int64_t nb = cols / 32;
-    qw::repack_legacy(rows, cols, dst, kUnit, kScaleUnit, true, false, 16,
+    qw::repack_legacy(rows, cols, t0, t1, units, side, kUnit, kScaleUnit, true, false, 16,
                       [=](int64_t row, int64_t b, uint8_t* q, uint16_t& d, uint16_t&) {
                         const uint8_t* blk = src + (row * nb + b) * kBlockBytes;
                         d = uint16_t(blk[0] | blk[1] << 8);

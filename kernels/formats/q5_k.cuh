@@ -23,7 +23,6 @@
 
 #include <cstring>
 
-#include "common/parallel.h"
 #include "common/quant.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
@@ -56,44 +55,45 @@ struct WTraits<WFormat::kQ5_K> {
     return qw::unit_array_bytes(kUnit, rows, cols);
   }
   static size_t bytes(int64_t rows, int64_t cols) { return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols); }
-  // cols % 256 == 0 (checked by the caller). Padding rows decode to 0.
-  static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
+  // Tiles [t0, t1) only (kern::repack_weight_tiles): their units to `units`,
+  // their side data to `side`. cols % 256 == 0 (checked by the caller). Padding rows decode to 0.
+  static void repack_tiles(int32_t, const void* src_v, int64_t rows, int64_t cols, int64_t t0, int64_t t1,
+                           uint8_t* units, uint8_t* side) {
     const qw::GgmlQ5_K* src = static_cast<const qw::GgmlQ5_K*>(src_v);
     const int64_t KC = qw::n_chunks(cols), nsb = cols / qw::kSuperCols;
-    const size_t soff = scales_offset(rows, cols);
-    static const qw::ChunkMap map;
-    parallel_for(qw::n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
-      for (int64_t tile = t0; tile < t1; ++tile) {
-        for (int64_t c = 0; c < KC; ++c) {
-          const int64_t unit = tile * KC + c;
-          uint32_t* q = reinterpret_cast<uint32_t*>(dst + unit * kUnit);  // [lane][s]
-          uint8_t* side = dst + soff + unit * kScaleUnit;
-          std::memset(q, 0, kUnit);
-          std::memset(side, 0, kScaleUnit);
-          uint32_t* qh = reinterpret_cast<uint32_t*>(dst + unit * kUnit + qw::kQ5KHighBytes);  // [lane]
-          for (int rr = 0; rr < 16; ++rr) {
-            const int64_t row = tile * 16 + rr;
-            if (row >= rows) continue;  // q = 0, d = dmin = 0
-            const int g = rr & 7, p = rr >> 3;
-            const qw::GgmlQ5_K& blk = src[row * nsb + c / 4];
-            for (int h = 0; h < 2; ++h) {
-              const int sub = 2 * int(c % 4) + h;  // sub-block of the super-block
-              uint8_t sc, m;
-              qw::kq_unpack_scale_min(sub, blk.scales, &sc, &m);
-              qw::kq_put_side(side, rr, h, sc, m, blk.d, blk.dmin);
-              for (int i = 0; i < 32; ++i) {
-                const int j = 32 * h + i;
-                const uint32_t nib = (blk.qs[32 * (sub / 2) + i] >> (4 * (sub % 2))) & 15u;
-                const uint32_t hi = (blk.qh[i] >> sub) & 1u;
-                const int lane = 4 * g + map.t[j];
-                q[lane * 4 + map.s[j]] |= nib << qw::q4_shift(p, map.e[j]);
-                qh[lane] |= hi << qw::qh_bit(map.s[j], p, map.e[j]);
+    uint8_t v[16], hv[16];
+    for (int64_t tile = t0; tile < t1; ++tile) {
+      for (int64_t c = 0; c < KC; ++c) {
+        const int64_t unit = (tile - t0) * KC + c;
+        uint32_t* q = reinterpret_cast<uint32_t*>(units + unit * kUnit);  // [lane][s]
+        uint8_t* sd = side + unit * kScaleUnit;
+        std::memset(q, 0, kUnit);
+        std::memset(sd, 0, kScaleUnit);
+        uint32_t* qh = reinterpret_cast<uint32_t*>(units + unit * kUnit + qw::kQ5KHighBytes);  // [lane]
+        for (int rr = 0; rr < 16; ++rr) {
+          const int64_t row = tile * 16 + rr;
+          if (row >= rows) continue;  // q = 0, d = dmin = 0
+          const int g = rr & 7, p = rr >> 3;
+          const qw::GgmlQ5_K& blk = src[row * nsb + c / 4];
+          for (int h = 0; h < 2; ++h) {
+            const int sub = 2 * int(c % 4) + h;  // sub-block of the super-block
+            uint8_t sc, m;
+            qw::kq_unpack_scale_min(sub, blk.scales, &sc, &m);
+            qw::kq_put_side(sd, rr, h, sc, m, blk.d, blk.dmin);
+            for (int k = 0; k < 2; ++k) {
+              const uint8_t* b = blk.qs + 32 * (sub / 2) + 16 * k;
+              const uint8_t* hb = blk.qh + 16 * k;
+              for (int x = 0; x < 16; ++x) {
+                v[x] = (b[x] >> (4 * (sub % 2))) & 15u;
+                hv[x] = (hb[x] >> sub) & 1u;
               }
+              qw::put_q4(q, g, p, 2 * h + k, v);
+              qw::put_bit(qh, g, p, 2 * h + k, hv);
             }
           }
         }
       }
-    });
+    }
   }
 
   // ---- Layout -----------------------------------------------------------------------------

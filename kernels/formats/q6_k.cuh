@@ -22,7 +22,6 @@
 
 #include <cstring>
 
-#include "common/parallel.h"
 #include "common/quant.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
@@ -56,41 +55,80 @@ struct WTraits<WFormat::kQ6_K> {
     return qw::unit_array_bytes(kUnit, rows, cols);
   }
   static size_t bytes(int64_t rows, int64_t cols) { return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols); }
-  // cols % 256 == 0 (checked by the caller). Padding rows decode to 0 (d = 0).
-  static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
+  // Tiles [t0, t1) only (kern::repack_weight_tiles): their units to `units`,
+  // their side data to `side`. cols % 256 == 0 (checked by the caller). Padding rows decode to 0 (d = 0).
+  static void repack_tiles(int32_t, const void* src_v, int64_t rows, int64_t cols, int64_t t0, int64_t t1,
+                           uint8_t* units, uint8_t* side) {
     const qw::GgmlQ6_K* src = static_cast<const qw::GgmlQ6_K*>(src_v);
     const int64_t KC = qw::n_chunks(cols), nsb = cols / qw::kSuperCols;
-    const size_t soff = scales_offset(rows, cols);
-    static const qw::ChunkMap map;
-    parallel_for(qw::n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
-      for (int64_t tile = t0; tile < t1; ++tile) {
-        for (int64_t c = 0; c < KC; ++c) {
-          const int64_t unit = tile * KC + c;
-          uint32_t* q = reinterpret_cast<uint32_t*>(dst + unit * kUnit);  // [lane][s]
-          uint32_t* qh = reinterpret_cast<uint32_t*>(dst + unit * kUnit + qw::kQ6KHighBytes);  // [lane][2]
-          uint8_t* side = dst + soff + unit * kScaleUnit;
-          std::memset(q, 0, kUnit);
-          std::memset(side, 0, kScaleUnit);
-          for (int rr = 0; rr < 16; ++rr) {
-            const int64_t row = tile * 16 + rr;
-            if (row >= rows) continue;  // q = 0, sc = 0, d = 0
-            const int g = rr & 7, p = rr >> 3;
-            const qw::GgmlQ6_K& blk = src[row * nsb + c / 4];
-            for (int s = 0; s < 4; ++s) side[8 * g + 4 * p + s] = uint8_t(blk.scales[4 * (c % 4) + s]);
-            std::memcpy(side + 64 + 4 * g + 2 * p, &blk.d, 2);
-            for (int j = 0; j < 64; ++j) {
-              // Element el of the super-block: el = 128 h + 32 k + i.
-              const int el = 64 * int(c % 4) + j, h = el / 128, k = el % 128 / 32, i = el % 32;
-              const uint32_t low = (blk.ql[64 * h + 32 * (k % 2) + i] >> (4 * (k / 2))) & 15u;
-              const uint32_t high = (blk.qh[32 * h + i] >> (2 * k)) & 3u;
-              const int lane = 4 * g + map.t[j], s = map.s[j], e = map.e[j];
-              q[lane * 4 + s] |= low << qw::q4_shift(p, e);
-              qh[lane * 2 + (s >> 1)] |= high << qw::q2_bit(s, p, e);
-            }
+#if !defined(QSP_REPACK_SSE2)
+    uint8_t lo[2][16], hi[2][16];
+#endif
+    for (int64_t tile = t0; tile < t1; ++tile) {
+      for (int64_t c = 0; c < KC; ++c) {
+        const int64_t unit = (tile - t0) * KC + c;
+        uint32_t* q = reinterpret_cast<uint32_t*>(units + unit * kUnit);                        // [lane][s]
+        uint32_t* qh = reinterpret_cast<uint32_t*>(units + unit * kUnit + qw::kQ6KHighBytes);  // [lane][2]
+        uint8_t* sd = side + unit * kScaleUnit;
+#if !defined(QSP_REPACK_SSE2)
+        std::memset(qh, 0, kUnit - qw::kQ6KHighBytes);  // the low nibble words are written whole
+#endif
+        std::memset(sd, 0, kScaleUnit);
+        for (int g = 0; g < 8; ++g) {
+          // Rows g and g + 8 of the tile; a padding row has q = 0, sc = 0, d = 0.
+          const qw::GgmlQ6_K* blk[2];
+          for (int p = 0; p < 2; ++p) {
+            const int64_t row = tile * 16 + 8 * p + g;
+            blk[p] = row < rows ? &src[row * nsb + c / 4] : nullptr;
+            if (!blk[p]) continue;
+            for (int s = 0; s < 4; ++s) sd[8 * g + 4 * p + s] = uint8_t(blk[p]->scales[4 * (c % 4) + s]);
+            std::memcpy(sd + 64 + 4 * g + 2 * p, &blk[p]->d, 2);
           }
+#if defined(QSP_REPACK_SSE2)
+          __m128i w[4], hv[2][4];
+          for (int s = 0; s < 4; ++s) {
+            // Elements el = 64 (c % 4) + 16 s + x = 128 h + 32 k + i of the super-block.
+            const int grp = int(2 * (c % 4)) + (s >> 1), h = grp / 4, k = grp % 4, i0 = 16 * (s & 1);
+            __m128i lv[2];
+            for (int p = 0; p < 2; ++p) {
+              if (!blk[p]) {
+                lv[p] = hv[p][s] = _mm_setzero_si128();
+                continue;
+              }
+              const uint8_t* lp = blk[p]->ql + 64 * h + 32 * (k % 2) + i0;
+              const __m128i l = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lp));
+              const __m128i hb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p]->qh + 32 * h + i0));
+              lv[p] = _mm_and_si128(_mm_srl_epi16(l, _mm_cvtsi32_si128(4 * (k / 2))), _mm_set1_epi8(0x0f));
+              hv[p][s] = _mm_and_si128(_mm_srl_epi16(hb, _mm_cvtsi32_si128(2 * k)), _mm_set1_epi8(0x03));
+            }
+            w[s] = qw::q4_rows_sse(lv[0], lv[1]);
+          }
+          qw::store_q4_lanes(q, g, w);
+          qw::store_q2_lanes(qh, g, hv[0], hv[1]);
+#else
+          for (int s = 0; s < 4; ++s) {
+            // Elements el = 64 (c % 4) + 16 s + x = 128 h + 32 k + i of the super-block.
+            const int grp = int(2 * (c % 4)) + (s >> 1), h = grp / 4, k = grp % 4, i0 = 16 * (s & 1);
+            for (int p = 0; p < 2; ++p) {
+              if (!blk[p]) {
+                std::memset(lo[p], 0, 16);
+                std::memset(hi[p], 0, 16);
+                continue;
+              }
+              const uint8_t* l = blk[p]->ql + 64 * h + 32 * (k % 2) + i0;
+              const uint8_t* hb = blk[p]->qh + 32 * h + i0;
+              for (int x = 0; x < 16; ++x) {
+                lo[p][x] = (l[x] >> (4 * (k / 2))) & 15u;
+                hi[p][x] = (hb[x] >> (2 * k)) & 3u;
+              }
+            }
+            qw::put_q4_rows(q, g, s, lo[0], lo[1]);
+            qw::put_q2_rows(qh, g, s, hi[0], hi[1]);
+          }
+#endif
         }
       }
-    });
+    }
   }
 
   // ---- Layout -----------------------------------------------------------------------------

@@ -4,7 +4,6 @@
 // is listed in kernels/qweight.cuh.
 #pragma once
 
-#include "common/parallel.h"
 #include "common/quant.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
@@ -24,35 +23,32 @@ struct WTraits<WFormat::kQ8_0> {
   static size_t bytes(int64_t rows, int64_t cols) {
     return qw::unit_array_bytes(kUnit + kScaleUnit, rows, cols);
   }
-  // cols % 32 == 0 (checked by the caller).
-  static void repack(int32_t, const void* src_v, int64_t rows, int64_t cols, uint8_t* dst) {
+  // Tiles [t0, t1) only (kern::repack_weight_tiles): their units to `units`,
+  // their scales to `side`. cols % 32 == 0 (checked by the caller).
+  static void repack_tiles(int32_t, const void* src_v, int64_t rows, int64_t cols, int64_t t0, int64_t t1,
+                           uint8_t* units, uint8_t* side) {
     const BlockQ8_0* src = static_cast<const BlockQ8_0*>(src_v);
     const int64_t KC = qw::n_chunks(cols), nb = cols / kQBlock;
-    const size_t soff = scales_offset(rows, cols);
-    static const qw::ChunkMap map;
-    parallel_for(qw::n_tiles(rows), rows * cols, [=](int64_t t0, int64_t t1) {
-      for (int64_t tile = t0; tile < t1; ++tile) {
-        for (int64_t c = 0; c < KC; ++c) {
-          const int64_t unit = tile * KC + c;
-          uint8_t* q = dst + unit * kUnit;
-          uint16_t* sc = reinterpret_cast<uint16_t*>(dst + soff + unit * kScaleUnit);
-          for (int rr = 0; rr < 16; ++rr) {
-            const int64_t row = tile * 16 + rr;
-            const int g = rr & 7, p = rr >> 3;
-            for (int h = 0; h < 2; ++h) {
-              const int64_t b = 2 * c + h;
-              const bool ok = row < rows && b < nb;
-              sc[4 * g + 2 * h + p] = ok ? src[row * nb + b].d : uint16_t(0);
-              for (int i = 0; i < 32; ++i) {
-                const int j = 32 * h + i;
-                q[qw::q8_byte(4 * g + map.t[j], map.s[j], p, map.e[j])] =
-                    ok ? uint8_t(int(src[row * nb + b].qs[i]) + 128) : uint8_t(128);
-              }
-            }
+    for (int64_t tile = t0; tile < t1; ++tile) {
+      for (int64_t c = 0; c < KC; ++c) {
+        const int64_t unit = (tile - t0) * KC + c;
+        uint8_t* q = units + unit * kUnit;
+        uint16_t* sc = reinterpret_cast<uint16_t*>(side + unit * kScaleUnit);
+        for (int rr = 0; rr < 16; ++rr) {
+          const int64_t row = tile * 16 + rr;
+          const int g = rr & 7, p = rr >> 3;
+          for (int h = 0; h < 2; ++h) {
+            const int64_t b = 2 * c + h;
+            const bool ok = row < rows && b < nb;
+            sc[4 * g + 2 * h + p] = ok ? src[row * nb + b].d : uint16_t(0);
+            uint8_t v[32];  // q + 128; padding 128 (0)
+            for (int i = 0; i < 32; ++i) v[i] = ok ? uint8_t(int(src[row * nb + b].qs[i]) + 128) : uint8_t(128);
+            qw::put_q8(q, g, p, 2 * h, v);
+            qw::put_q8(q, g, p, 2 * h + 1, v + 16);
           }
         }
       }
-    });
+    }
   }
 
   // ---- Layout -----------------------------------------------------------------------------

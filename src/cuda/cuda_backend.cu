@@ -13,15 +13,19 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/quant.h"
+#include "cpu/thread_pool.h"
 #include "engine/backend.h"
 #include "kernels/kernels.h"
 #include "cuda/cuda_util.h"
@@ -33,6 +37,79 @@ namespace {
 // an 8B-shaped model); longer prompts are split by the engine, attention
 // reads the earlier chunks from the KV cache.
 constexpr uint32_t kCudaChunk = 4096;
+
+// Weight upload: pinned staging slots a matrix is repacked into, piece by
+// piece, on all cores, each piece copied while the next is repacked.
+constexpr int kStagingSlots = 3;
+constexpr size_t kStagingSlotBytes = size_t(16) << 20;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The upload's staging, one per device, shared by the contexts that upload
+// there (as BatchSpace is: many contexts must not each hold threads and
+// pinned memory): the repack threads and kStagingSlots pinned slots, each
+// with the event recorded after its last copy. Made at the first matrix
+// upload on the device, freed with the last context that used it; an upload
+// holds `mu` from its first piece to its final synchronize.
+struct UploadStaging {
+  struct Slot {
+    cudaEvent_t done = nullptr;
+    bool in_flight = false;
+  };
+  std::mutex mu;
+  std::unique_ptr<ThreadPool> pool;
+  void* host = nullptr;  // kStagingSlots x kStagingSlotBytes, pinned
+  Slot slots[kStagingSlots];
+  int next = 0;
+  int dev = 0;
+
+  UploadStaging() = default;
+  UploadStaging(const UploadStaging&) = delete;
+  UploadStaging& operator=(const UploadStaging&) = delete;
+  ~UploadStaging() {
+    int prev = -1;
+    cudaGetDevice(&prev);
+    cudaSetDevice(dev);
+    for (Slot& sl : slots)
+      if (sl.done) cudaEventDestroy(sl.done);
+    if (host) cudaFreeHost(host);
+    if (prev >= 0) cudaSetDevice(prev);
+  }
+};
+
+// Device dev's staging (the current device), made if need be; nullptr when
+// threads or pinned memory are refused (the caller uploads unstaged).
+std::shared_ptr<UploadStaging> upload_staging(int dev) {
+  static std::mutex mu;
+  static std::vector<std::weak_ptr<UploadStaging>> stagings;
+  std::lock_guard<std::mutex> lock(mu);
+  if (stagings.size() <= size_t(dev)) stagings.resize(size_t(dev) + 1);
+  std::shared_ptr<UploadStaging> st = stagings[size_t(dev)].lock();
+  if (st) return st;
+  try {
+    st = std::make_shared<UploadStaging>();
+    st->dev = dev;
+    const unsigned hw = std::thread::hardware_concurrency();
+    st->pool.reset(new ThreadPool(int(std::max(1u, hw))));
+  } catch (...) {
+    return nullptr;
+  }
+  bool ok = cudaHostAlloc(&st->host, kStagingSlots * kStagingSlotBytes, cudaHostAllocDefault) == cudaSuccess;
+  if (!ok) st->host = nullptr;
+  for (UploadStaging::Slot& sl : st->slots)
+    if (ok && cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming) != cudaSuccess) {
+      sl.done = nullptr;
+      ok = false;
+    }
+  if (!ok) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  stagings[size_t(dev)] = st;
+  return st;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -83,6 +160,7 @@ class CudaBackend final : public Backend {
     cudaSetDevice(dev_);
     cudaStreamSynchronize(stream_);
     if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+    log_upload_stats();
   }
 
   int32_t kind() const override { return QSP_BACKEND_CUDA; }
@@ -106,30 +184,51 @@ class CudaBackend final : public Backend {
                 fmt::name(m.dtype), (unsigned long long)m.rows, (unsigned long long)m.cols, why ? why : "");
   }
 
+  // Matrices: repacked into pinned staging slots by all cores, piece by
+  // piece, each piece's copy overlapping the next piece's repack
+  // (staged_upload); without staging (pinned memory refused, say) the whole
+  // matrix is repacked into pageable memory and copied at once. Vectors:
+  // fp32 at once. Returns once the copies are complete, so any stream may
+  // use the tensor.
   std::unique_ptr<Tensor> upload(const TensorMeta& m, const void* data) override {
+    const auto start = std::chrono::steady_clock::now();
     QSP_CUDA_CHECK(cudaSetDevice(dev_));
     std::unique_ptr<CudaTensor> t(new CudaTensor(m, dev_));
     std::vector<uint8_t> host;
     if (m.role == TensorRole::kVector) {
       host.resize(m.cols * sizeof(float));
       fmt::dequantize_row(m.dtype, data, reinterpret_cast<float*>(host.data()), m.cols);
-    } else {
-      const kern::WFormat f = kern::format_for(m.dtype);
-      host.resize(kern::dweight_bytes(f, int64_t(m.rows), int64_t(m.cols)));
-      kern::repack_weight(m.dtype, data, int64_t(m.rows), int64_t(m.cols), host.data());
-      t->w.fmt = f;
-      t->w.rows = int32_t(m.rows);
-      t->w.cols = int32_t(m.cols);
-    }
-    t->buf.alloc(host.size(), "weight upload");
-    QSP_CUDA_CHECK(cudaMemcpyAsync(t->buf.ptr, host.data(), host.size(), cudaMemcpyHostToDevice, stream_));
-    QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    t->stored_bytes = host.size();
-    if (m.role == TensorRole::kVector) {
+      t->buf.alloc(host.size(), "weight upload");
+      QSP_CUDA_CHECK(cudaMemcpyAsync(t->buf.ptr, host.data(), host.size(), cudaMemcpyHostToDevice, stream_));
+      QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      t->stored_bytes = host.size();
       t->vec = static_cast<const float*>(t->buf.ptr);
-    } else {
-      t->w.data = t->buf.ptr;
+      return std::unique_ptr<Tensor>(t.release());
     }
+    const kern::WFormat f = kern::format_for(m.dtype);
+    const size_t bytes = kern::dweight_bytes(f, int64_t(m.rows), int64_t(m.cols));
+    t->w.fmt = f;
+    t->w.rows = int32_t(m.rows);
+    t->w.cols = int32_t(m.cols);
+    const auto alloc_start = std::chrono::steady_clock::now();
+    t->buf.alloc(bytes, "weight upload");
+    upload_stats_.alloc_s += seconds_since(alloc_start);
+    if (staged_upload(m, data, f, static_cast<uint8_t*>(t->buf.ptr))) {
+      ++upload_stats_.staged;
+    } else {
+      host.resize(bytes);
+      const auto repack_start = std::chrono::steady_clock::now();
+      kern::repack_weight(m.dtype, data, int64_t(m.rows), int64_t(m.cols), host.data());
+      upload_stats_.repack_s += seconds_since(repack_start);
+      QSP_CUDA_CHECK(cudaMemcpyAsync(t->buf.ptr, host.data(), bytes, cudaMemcpyHostToDevice, stream_));
+      QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    t->stored_bytes = bytes;
+    t->w.data = t->buf.ptr;
+    ++upload_stats_.tensors;
+    upload_stats_.bytes_in += m.bytes;
+    upload_stats_.bytes_out += bytes;
+    upload_stats_.total_s += seconds_since(start);
     return std::unique_ptr<Tensor>(t.release());
   }
 
@@ -519,6 +618,107 @@ class CudaBackend final : public Backend {
     graph_weights_ = weight_ids(w);
   }
 
+  // ---- Weight upload -------------------------------------------------------------------
+  // The device's staging (upload_staging), taken at the first matrix this
+  // backend uploads (a context whose weights are all cached never takes
+  // it). False when it cannot be had: upload() then goes unstaged.
+  bool ensure_staging() {
+    if (staging_) return true;
+    if (staging_failed_) return false;
+    staging_ = upload_staging(dev_);
+    staging_failed_ = !staging_;
+    return !staging_failed_;
+  }
+
+  // Repacks matrix m into the device buffer dst through the staging slots:
+  // pieces of 16-row tiles (kern::repack_weight_tiles), each split over the
+  // repack threads, then its two byte ranges (units, side data) copied
+  // asynchronously; a slot is refilled only after its previous copy
+  // completed (its event). Pieces shrink towards the end of the matrix so
+  // the last copy, the only one nothing overlaps, is short. False, having
+  // done nothing, when staging is unavailable or a tile does not fit a slot.
+  bool staged_upload(const TensorMeta& m, const void* data, kern::WFormat f, uint8_t* dst) {
+    const int64_t rows = int64_t(m.rows), cols = int64_t(m.cols), nt = kern::dweight_tile_count(rows);
+    const kern::TileSpan first = kern::dweight_tiles(f, rows, cols, 0, 1);
+    const size_t per_tile = first.units_bytes + first.side_bytes;
+    if (nt == 0 || per_tile == 0 || per_tile > kStagingSlotBytes || !ensure_staging()) return false;
+    const int64_t max_tiles = int64_t(kStagingSlotBytes / per_tile), min_tiles = std::max<int64_t>(1, max_tiles / 8);
+    const int32_t dtype = m.dtype;
+    UploadStaging& st = *staging_;
+    std::lock_guard<std::mutex> lock(st.mu);
+    try {
+      for (int64_t t0 = 0; t0 < nt;) {
+        // Half of what is left, within [min_tiles, max_tiles]; the rest too
+        // when less than min_tiles would remain.
+        const int64_t left = nt - t0;
+        int64_t n = std::min(max_tiles, std::max(min_tiles, (left + 1) / 2));
+        if (left - n < min_tiles) n = std::min(left, max_tiles);
+        const kern::TileSpan sp = kern::dweight_tiles(f, rows, cols, t0, t0 + n);
+        UploadStaging::Slot& sl = st.slots[st.next];
+        uint8_t* hu = static_cast<uint8_t*>(st.host) + size_t(st.next) * kStagingSlotBytes;
+        uint8_t* hs = hu + sp.units_bytes;
+        st.next = (st.next + 1) % kStagingSlots;
+        if (sl.in_flight) {
+          const auto wait_start = std::chrono::steady_clock::now();
+          sl.in_flight = false;
+          QSP_CUDA_CHECK(cudaEventSynchronize(sl.done));
+          upload_stats_.wait_s += seconds_since(wait_start);
+        }
+        const auto repack_start = std::chrono::steady_clock::now();
+        st.pool->parallel_for(n, [&](int64_t a, int64_t b) {
+          const kern::TileSpan q = kern::dweight_tiles(f, rows, cols, t0 + a, t0 + b);
+          kern::repack_weight_tiles(dtype, data, rows, cols, t0 + a, t0 + b, hu + (q.units_off - sp.units_off),
+                                    hs + (q.side_off - sp.side_off));
+        });
+        upload_stats_.repack_s += seconds_since(repack_start);
+        QSP_CUDA_CHECK(cudaMemcpyAsync(dst + sp.units_off, hu, sp.units_bytes, cudaMemcpyHostToDevice, stream_));
+        if (sp.side_bytes)
+          QSP_CUDA_CHECK(cudaMemcpyAsync(dst + sp.side_off, hs, sp.side_bytes, cudaMemcpyHostToDevice, stream_));
+        QSP_CUDA_CHECK(cudaEventRecord(sl.done, stream_));
+        sl.in_flight = true;
+        ++upload_stats_.pieces;
+        t0 += n;
+      }
+      const auto sync_start = std::chrono::steady_clock::now();
+      QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      upload_stats_.sync_s += seconds_since(sync_start);
+    } catch (...) {
+      // No copy may still read the slots or write dst (freed by the caller).
+      cudaStreamSynchronize(stream_);
+      cudaGetLastError();
+      for (UploadStaging::Slot& sl : st.slots) sl.in_flight = false;
+      throw;
+    }
+    for (UploadStaging::Slot& sl : st.slots) sl.in_flight = false;
+    return true;
+  }
+
+  // The account of upload() (bench/bench_upload prints it), once, when the
+  // backend goes: QSP_LOG_DEBUG to the process-wide sink.
+  void log_upload_stats() noexcept {
+    const UploadStats& u = upload_stats_;
+    if (!u.tensors) return;
+    try {
+      log_global(QSP_LOG_DEBUG,
+                 strprintf("CUDA upload: %llu tensors, %.1f MB in, %.1f MB on the device, %.3f s in upload() "
+                           "(device allocation %.3f s, repack %.3f s on %d threads, waiting for staging %.3f s, "
+                           "final copies %.3f s); %llu staged in %llu pieces, %llu unstaged",
+                           (unsigned long long)u.tensors, u.bytes_in / 1e6, u.bytes_out / 1e6, u.total_s, u.alloc_s,
+                           u.repack_s, staging_ ? staging_->pool->size() : 1, u.wait_s, u.sync_s,
+                           (unsigned long long)u.staged, (unsigned long long)u.pieces,
+                           (unsigned long long)(u.tensors - u.staged)));
+    } catch (...) {
+      // a debug line lost to a failed allocation
+    }
+  }
+
+  // What upload() spent its time on (log_upload_stats).
+  struct UploadStats {
+    uint64_t tensors = 0, staged = 0, pieces = 0;
+    double bytes_in = 0, bytes_out = 0;
+    double total_s = 0, alloc_s = 0, repack_s = 0, wait_s = 0, sync_s = 0;
+  };
+
   ModelConfig cfg_;
   int dev_;
   cudaDeviceProp prop_{};
@@ -537,6 +737,11 @@ class CudaBackend final : public Backend {
   cudaGraphExec_t graph_exec_ = nullptr;
   std::vector<const Tensor*> graph_weights_;
   std::shared_ptr<BatchSpace> batch_space_;  // set when this context first leads a batch
+  // Weight upload (ensure_staging): released after the destructor
+  // synchronized the stream (every upload synchronizes before it returns).
+  std::shared_ptr<UploadStaging> staging_;
+  bool staging_failed_ = false;
+  UploadStats upload_stats_;
 };
 
 }  // namespace

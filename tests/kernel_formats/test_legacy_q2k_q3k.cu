@@ -1,5 +1,5 @@
 // The kernels' weight decoders, run on the CPU: each tiled format's host
-// repack (WTraits<F>::repack), then the device decode functions themselves
+// repack (kern::repack_weight), then the device decode functions themselves
 // (QSP_HD: T::raw_at + T::frags for every tile, chunk, lane and k step, which
 // the GEMV, the mma.sync and the wgmma GEMMs call on the same words; T::load8
 // for every 8 columns), against the CPU reference dequantization
@@ -95,7 +95,7 @@ void check_format(int32_t dtype, Frag mode, const Shape& sh, uint64_t seed) {
     host->dequantize(&gguf[size_t(r * rb)], &ref[size_t(r * cols)], uint64_t(cols));
   }
   std::vector<uint8_t> dev(T::bytes(rows, cols), 0xa5);
-  T::repack(dtype, gguf.data(), rows, cols, dev.data());
+  repack_weight(dtype, gguf.data(), rows, cols, dev.data());
 
   // Fragments, as the GEMV / mma.sync / wgmma kernels decode them.
   const size_t soff = T::scales_offset(rows, cols);
