@@ -66,7 +66,12 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
   const Plan p = plan_mma(M, a.o.N, a.KC, dual, sms);
   if (wgmma_format && path != GemmPath::kMma) {
     if (wgmma::available(dev)) {
-      const WgPlan w = plan_wgmma(M, a.o.N, a.KC, dual, sms);
+      int wave[4] = {sms, 0, 0, 0};
+      for (int i = 1; i < 4; ++i) {
+        const int ks = 1 << i, n = wgmma::cluster_wave(dev, ks);
+        wave[i] = n > 0 ? n : sms / ks * ks;
+      }
+      const WgPlan w = plan_wgmma(M, a.o.N, a.KC, dual, wave);
       if (path == GemmPath::kWgmma || w.t < p.t) {
         return launch_wgmma(a, f, ep, wg_tile ? wg_tile : w.bt, wg_splits ? wg_splits : w.ks, stream);
       }

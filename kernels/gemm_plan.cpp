@@ -49,12 +49,15 @@ Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
 // prologue and transposing epilogue (a K = 1024 GEMM takes ~15 us from one
 // block per SM up to a full wave: bench_gemm, fifth session). A K split (a
 // cluster of ks blocks) pays kWgReduce chunks more for the reduction through
-// distributed shared memory, and a wave holds whole clusters only. Checked
+// distributed shared memory, and a wave holds whole clusters only, each
+// inside one GPC (wave[], from the driver: on the H200 clusters of 4 and 8
+// leave SMs idle). Checked
 // against the sweep: 8B q/o at M = 512 predicts 256/2 1.71x faster than
 // 256/1 (measured 1.64x) and 1.47x faster than 128/1 (1.43x); 0.6B down
 // (1024 x 3072) at M = 128 128/8 1.38x faster than 128/4 (1.38x), at
-// M = 512 256/8 1.45x slower than 256/4 (1.37x).
-WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
+// M = 512 256/8 1.45x slower than 256/4 (1.37x) with ~12 clusters of 8 per
+// wave.
+WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4]) {
   constexpr double kRate[2] = {1.95, 1.14};  // BT = 256, 128
   constexpr int kWgFill = 8, kWgReduce = 2;
   WgPlan best{0, 1, 1e300};
@@ -63,11 +66,9 @@ WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
     const int bt = bts[i];
     const int64_t rows = dual ? wgmma::kBlockRows / 2 : wgmma::kBlockRows;
     const int64_t tiles = ((M + bt - 1) / bt) * ((real_n + rows - 1) / rows);
-    for (int ks = 1; ks <= 8; ks *= 2) {
+    for (int ks = 1, i_ks = 0; ks <= 8; ks *= 2, ++i_ks) {
       if (ks > 1 && KC / ks < 4) break;
-      // Clusters are placed inside one GPC (16-18 SMs on the H200): clusters
-      // of 8 leave SMs idle; the sweep fits ~3/4 of the SMs per wave.
-      const int64_t per_wave = std::max<int64_t>(1, (ks == 8 ? sms * 3 / 4 : sms) / ks) * ks;
+      const int64_t per_wave = std::max(wave[i_ks], ks);
       const int64_t waves = (tiles * ks + per_wave - 1) / per_wave;
       const double chunks = double((KC + ks - 1) / ks + kWgFill + (ks > 1 ? kWgReduce : 0));
       const double t = double(waves) * chunks * (bt * 128.0) / (128.0 * 256.0) / kRate[i];

@@ -39,7 +39,9 @@ struct WgPlan {
   int ks;
   double t;
 };
-WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, int sms);
+// wave[i]: blocks that run at once with clusters of 2^i blocks (wave[0] = the
+// SM count; see wgmma::cluster_wave).
+WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4]);
 
 }  // namespace kern
 }  // namespace qsp

@@ -36,6 +36,12 @@ struct Args {
 // Whether the sm_90a kernels are in this build and can run on device `dev`.
 bool available(int dev);
 
+// Blocks of the split kernel's (1, 1, ks)-block clusters (ks = 2, 4, 8) that
+// device `dev` runs at once: whole clusters, each inside one GPC, so fewer
+// than the SM count (the driver's cudaOccupancyMaxActiveClusters, once per
+// device). Negative when unknown.
+int cluster_wave(int dev, int ks);
+
 // Launches Y = X W^T with epilogue ep; fmt is a format with kWgmma
 // (cudaErrorNotSupported otherwise). tok_tile: one of the token tiles;
 // splits: 1, 2, 4 or 8 clustered K splits (a cluster that cannot be
