@@ -4,6 +4,10 @@
 // M = 1 wastes 7/8 of a tiny tensor-core op instead of 15/16. One block per
 // 16-row tile; its warps split K and reduce through shared memory. The
 // per-format part (global -> raw words -> fragments) is the format's WTraits.
+// The K-quants (kFactored) instead give exact integer codes and per-row fp32
+// scales: the mma sums code x activation per k step in fp32 and the scales
+// are applied to those sums: fewer instructions per weight than fp16
+// weights with split scales (frags), and no fp16 rounding of the weights.
 #include <algorithm>
 
 #include <type_traits>
@@ -18,6 +22,13 @@ namespace kern {
 namespace {
 
 constexpr int kGemvMaxWarps = 8;
+
+// Formats whose GEMV applies the scales after the mma (WTraits::kFactored:
+// codes + per-row scales) instead of decoding fp16 weights (frags).
+template <class T, class = void>
+struct Factored : std::false_type {};
+template <class T>
+struct Factored<T, std::void_t<decltype(T::kFactored)>> : std::bool_constant<T::kFactored> {};
 
 // grid = (tiles); block = 32 * kw threads, kw <= kGemvMaxWarps warps that
 // split the K chunks round-robin (warp w: chunks w, w + kw, ...).
@@ -87,15 +98,60 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (c0 + u * kw >= a.KC) break;  // warp-uniform
+      if constexpr (Factored<T>::value) {
+        // x = ds * code + nm per row: the exact codes against the activations
+        // on the tensor cores (fp32 sums over the SP k steps that share a
+        // scale), then ds times that, plus nm times the same steps' activation
+        // sums (an mma with A = 1, shared by the matrices; affine formats).
+        constexpr int SP = T::kScaleSteps;
 #pragma unroll
-      for (int s = 0; s < 4; ++s) {
+        for (int h = 0; h < 4 / SP; ++h) {
+          float xs[MT][4];
+          if constexpr (T::kAffine) {
+            const uint32_t ones[4] = {0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
 #pragma unroll
-        for (int w = 0; w < NM; ++w) {
-          uint32_t f[4];
-          T::frags(raw[u][w], s, f);
-          const uint32_t A[4] = {f[0], f[2], f[1], f[3]};
+            for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) mma_m16n8k16(acc[w][mt], A, xb[u][mt][s][0], xb[u][mt][s][1]);
+              for (int r = 0; r < 4; ++r) xs[mt][r] = 0.0f;
+#pragma unroll
+              for (int k = 0; k < SP; ++k) mma_m16n8k16(xs[mt], ones, xb[u][mt][SP * h + k][0], xb[u][mt][SP * h + k][1]);
+            }
+          }
+#pragma unroll
+          for (int w = 0; w < NM; ++w) {
+            uint32_t A[SP][4];
+#pragma unroll
+            for (int k = 0; k < SP; ++k) {
+              uint32_t f[4];
+              T::codes(raw[u][w], SP * h + k, f);
+              A[k][0] = f[0], A[k][1] = f[2], A[k][2] = f[1], A[k][3] = f[3];
+            }
+            float ds[2], nm[2];
+            T::scales(raw[u][w], SP * h, ds, nm);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+              for (int k = 0; k < SP; ++k) mma_m16n8k16(d, A[k], xb[u][mt][SP * h + k][0], xb[u][mt][SP * h + k][1]);
+#pragma unroll
+              for (int r = 0; r < 4; ++r) {
+                acc[w][mt][r] = fmaf(ds[r >> 1], d[r], acc[w][mt][r]);
+                if constexpr (T::kAffine) acc[w][mt][r] = fmaf(nm[r >> 1], xs[mt][r], acc[w][mt][r]);
+              }
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+#pragma unroll
+          for (int w = 0; w < NM; ++w) {
+            uint32_t f[4];
+            T::frags(raw[u][w], s, f);
+            const uint32_t A[4] = {f[0], f[2], f[1], f[3]};
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) mma_m16n8k16(acc[w][mt], A, xb[u][mt][s][0], xb[u][mt][s][1]);
+          }
         }
       }
     }

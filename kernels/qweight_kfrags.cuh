@@ -168,21 +168,26 @@ QSP_HD inline uint32_t scaled_frag(uint32_t t, bool row_g, uint32_t ds_hi, uint3
 // codes from q5_raw (qh = 0: Q4_K's 4-bit codes). side: the lane's four side
 // words (kernels/qweight_kquant.h: sc / m bytes of h = 0, 1 for rows g, g+8;
 // (d, dmin) of row g, of row g+8).
-QSP_HD inline void dq_kq_affine(uint32_t q, uint32_t qh, int s, const uint32_t (&side)[4], uint32_t (&f)[4]) {
+// Q4_K / Q5_K codes of k step s: q (0..31) as exact fp16, per register
+// (f[0], f[1]: row g; f[2], f[3]: row g+8; the fragment positions).
+QSP_HD inline void kq_codes(uint32_t q, uint32_t qh, int s, uint32_t (&t)[4]) {
   constexpr uint32_t kSub = 0x64006400u;  // 1024, 1024
   constexpr uint32_t kMul = 0x2c002c00u;  // 1/16, 1/16
   constexpr uint32_t kAdd = 0xd400d400u;  // -64, -64
+  uint32_t x[4];
+  q5_raw(q, qh, s, x);
+QSP_HD_UNROLL
+  for (int j = 0; j < 4; ++j) t[j] = (j & 1) ? hd::ffma2(x[j], kMul, kAdd) : hd::fsub2(x[j], kSub);
+}
+QSP_HD inline void dq_kq_affine(uint32_t q, uint32_t qh, int s, const uint32_t (&side)[4], uint32_t (&f)[4]) {
   const uint32_t sm = side[s >> 1];
   uint32_t ds_hi, ds_lo, nm_hi, nm_lo;
   hd::mul2_split(hd::u8pair<0, 2>(sm), hd::pack_lo2(side[2], side[3]), ds_hi, ds_lo);
   hd::mul2_split(hd::u8pair<1, 3>(sm), hd::pack_hi2(side[2], side[3]) ^ 0x80008000u, nm_hi, nm_lo);
-  uint32_t x[4];
-  q5_raw(q, qh, s, x);
+  uint32_t t[4];
+  kq_codes(q, qh, s, t);
 QSP_HD_UNROLL
-  for (int j = 0; j < 4; ++j) {
-    const uint32_t t = (j & 1) ? hd::ffma2(x[j], kMul, kAdd) : hd::fsub2(x[j], kSub);  // q, exact
-    f[j] = affine_frag(t, j < 2, ds_hi, ds_lo, nm_hi, nm_lo);
-  }
+  for (int j = 0; j < 4; ++j) f[j] = affine_frag(t[j], j < 2, ds_hi, ds_lo, nm_hi, nm_lo);
 }
 
 
@@ -192,12 +197,11 @@ QSP_HD_UNROLL
 // d * sc split as above: one rounding relative to x, plus one 2^-11 smaller.
 // qhw: the lane's high word of this step (fields at q2_bit); sc: its int8 scales of rows g
 // (sc[0]) and g+8 (sc[1]), byte s; dw: (d_g, d_g8).
-QSP_HD inline void dq_q6_k(uint32_t q, uint32_t qhw, int s, const uint32_t (&sc)[2], uint32_t dw, uint32_t (&f)[4]) {
+// Q6_K codes of k step s: q - 32 as exact fp16 (positions as kq_codes).
+QSP_HD inline void q6_codes(uint32_t q, uint32_t qhw, int s, uint32_t (&t)[4]) {
   constexpr uint32_t kExp = 0x64006400u, kSub = 0x64206420u;  // 1056, 1056
   constexpr uint32_t kMul = 0x2c002c00u;                       // 1/16, 1/16
   constexpr uint32_t kAdd = 0xd600d600u;                       // -96, -96
-  uint32_t ds_hi, ds_lo;
-  hd::mul2_split(hd::i8pair(sc[0], sc[1], s), dw, ds_hi, ds_lo);
 QSP_HD_UNROLL
   for (int j = 0; j < 4; ++j) {
     const int src = 2 * (4 * (s & 1) + j), dst = (j & 1) ? 8 : 4;
@@ -205,9 +209,16 @@ QSP_HD_UNROLL
     const uint32_t hmask = (j & 1) ? 0x03000300u : 0x00300030u;
     const uint32_t nmask = (j & 1) ? 0x00f000f0u : 0x000f000fu;
     const uint32_t x = ((j < 2 ? q : q >> 8) & nmask) | (hb & hmask) | kExp;
-    const uint32_t t = (j & 1) ? hd::ffma2(x, kMul, kAdd) : hd::fsub2(x, kSub);
-    f[j] = scaled_frag(t, j < 2, ds_hi, ds_lo);
+    t[j] = (j & 1) ? hd::ffma2(x, kMul, kAdd) : hd::fsub2(x, kSub);
   }
+}
+QSP_HD inline void dq_q6_k(uint32_t q, uint32_t qhw, int s, const uint32_t (&sc)[2], uint32_t dw, uint32_t (&f)[4]) {
+  uint32_t ds_hi, ds_lo;
+  hd::mul2_split(hd::i8pair(sc[0], sc[1], s), dw, ds_hi, ds_lo);
+  uint32_t t[4];
+  q6_codes(q, qhw, s, t);
+QSP_HD_UNROLL
+  for (int j = 0; j < 4; ++j) f[j] = scaled_frag(t[j], j < 2, ds_hi, ds_lo);
 }
 
 // Byte s of a (lo half) and of b (hi half) under exponent 0x64 with the
@@ -236,6 +247,17 @@ QSP_HD inline uint32_t q23_raw(uint32_t w, uint32_t h, int s, int j) {
   return x;
 }
 
+// Q2_K / Q3_K codes of k step s as exact fp16 (positions as kq_codes): q
+// (0..3), and q - 4 (-4..3) with Q3_K's high bit.
+QSP_HD inline void q2_codes(const uint32_t (&q)[2], int s, uint32_t (&t)[4]) {
+QSP_HD_UNROLL
+  for (int j = 0; j < 4; ++j) t[j] = hd::fsub2(q23_raw<false>(q[s >> 1], 0u, s, j), 0x64006400u);
+}
+QSP_HD inline void q3_codes(const uint32_t (&q)[2], uint32_t h, int s, uint32_t (&t)[4]) {
+QSP_HD_UNROLL
+  for (int j = 0; j < 4; ++j) t[j] = hd::fsub2(q23_raw<true>(q[s >> 1], h, s, j), 0x64046404u);
+}
+
 // Q2_K, k step s (one 16-column sub-block): x = d sc q - dmin m in f16x2 with
 // d sc and dmin m split in hi / lo (affine_frag). q: the lane's two low-bit
 // words; sc: its 8 scale bytes (low nibble sc, high nibble m) of rows g /
@@ -246,9 +268,10 @@ QSP_HD inline void dq_q2_k(const uint32_t (&q)[2], const uint32_t (&sc)[2], cons
   uint32_t ds_hi, ds_lo, nm_hi, nm_lo;
   hd::mul2_split(hd::fsub2(byte_pair<0, 15>(sc[0], sc[1], s), kSub), dd[0], ds_hi, ds_lo);
   hd::mul2_split(hd::fsub2(byte_pair<4, 15>(sc[0], sc[1], s), kSub), dd[1] ^ 0x80008000u, nm_hi, nm_lo);
-  const uint32_t w = q[s >> 1];
+  uint32_t t[4];
+  q2_codes(q, s, t);
 QSP_HD_UNROLL
-  for (int j = 0; j < 4; ++j) f[j] = affine_frag(hd::fsub2(q23_raw<false>(w, 0u, s, j), kSub), j < 2, ds_hi, ds_lo, nm_hi, nm_lo);
+  for (int j = 0; j < 4; ++j) f[j] = affine_frag(t[j], j < 2, ds_hi, ds_lo, nm_hi, nm_lo);
 }
 
 // Q3_K, k step s: x = d (code - 32) (q - 4), q = low | high << 2, in f16x2:
@@ -259,9 +282,46 @@ QSP_HD inline void dq_q3_k(const uint32_t (&q)[2], uint32_t h, const uint32_t (&
                            uint32_t (&f)[4]) {
   uint32_t ds_hi, ds_lo;
   hd::mul2_split(hd::fsub2(byte_pair<0, 255>(sc[0], sc[1], s), 0x64206420u), dw, ds_hi, ds_lo);  // code - 32
-  const uint32_t w = q[s >> 1];
+  uint32_t t[4];
+  q3_codes(q, h, s, t);
 QSP_HD_UNROLL
-  for (int j = 0; j < 4; ++j) f[j] = scaled_frag(hd::fsub2(q23_raw<true>(w, h, s, j), 0x64046404u), j < 2, ds_hi, ds_lo);  // q - 4
+  for (int j = 0; j < 4; ++j) f[j] = scaled_frag(t[j], j < 2, ds_hi, ds_lo);
+}
+
+// ---- The factored GEMV's per-row scales (kernels/gemv.cu) -----------------------------------
+// x = ds[p] * code + nm[p] for row 8p + g of k step s, in fp32 as the CPU
+// reference computes it (every product exact, one rounding): the GEMV runs
+// the exact codes through the tensor cores against the activations (fp32
+// sums) and applies these to each k step's partial sums, so the weights are
+// never rounded to fp16.
+QSP_HD inline void kq_scales(const uint32_t (&side)[4], int s, float (&ds)[2], float (&nm)[2]) {
+  const uint32_t sm = side[s >> 1];
+QSP_HD_UNROLL
+  for (int p = 0; p < 2; ++p) {
+    const uint32_t b = sm >> (16 * p), dd = side[2 + p];
+    ds[p] = hd::f16lo(dd) * hd::small_u2f(b & 0xffu, 0);
+    nm[p] = -(hd::f16hi(dd) * hd::small_u2f((b >> 8) & 0xffu, 0));
+  }
+}
+QSP_HD inline void q6_scales(const uint32_t (&sc)[2], uint32_t dw, int s, float (&ds)[2]) {
+QSP_HD_UNROLL
+  for (int p = 0; p < 2; ++p) {
+    const float d = p ? hd::f16hi(dw) : hd::f16lo(dw);
+    ds[p] = d * hd::small_u2f(((sc[p] >> (8 * s)) & 0xffu) ^ 0x80u, 128);  // int8 sc
+  }
+}
+QSP_HD inline void q2_scales(const uint32_t (&sc)[2], const uint32_t (&dd)[2], int s, float (&ds)[2], float (&nm)[2]) {
+QSP_HD_UNROLL
+  for (int p = 0; p < 2; ++p) {
+    const uint32_t b = (sc[p] >> (8 * s)) & 0xffu;
+    ds[p] = (p ? hd::f16hi(dd[0]) : hd::f16lo(dd[0])) * hd::small_u2f(b & 15u, 0);
+    nm[p] = -((p ? hd::f16hi(dd[1]) : hd::f16lo(dd[1])) * hd::small_u2f(b >> 4, 0));
+  }
+}
+QSP_HD inline void q3_scales(const uint32_t (&sc)[2], uint32_t dw, int s, float (&ds)[2]) {
+QSP_HD_UNROLL
+  for (int p = 0; p < 2; ++p)
+    ds[p] = (p ? hd::f16hi(dw) : hd::f16lo(dw)) * hd::small_u2f((sc[p] >> (8 * s)) & 0xffu, 32);  // code - 32
 }
 
 }  // namespace qw

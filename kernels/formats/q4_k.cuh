@@ -122,10 +122,11 @@ struct WTraits<WFormat::kQ4_K> {
   // ---- mma.sync GEMM and GEMV -------------------------------------------------------------
   static constexpr int kTileStageBytes = kUnit + kScaleUnit;
   static constexpr int kStages = 4;
-  // 8 raw words: U = 3 chunks in flight for M <= 8 (the fp32 decode needed
-  // 11: U = 2). The SwiGLU GEMV counts 11 per matrix (U = 1): at 8 (U = 2)
-  // ptxas spilled 60 bytes there (sm_90, 2026-12-04).
-  static constexpr int kGemvRawRegs = 8;
+  // 8 raw words, but counted 11: U = 2 chunks in flight for M <= 8. The
+  // factored GEMV at U = 3 spilled 36 bytes (ptxas, sm_90, eighth session;
+  // the f16x2 decode ran U = 3 without). The SwiGLU GEMV counts 11 per
+  // matrix (U = 1): at 8 (U = 2) ptxas spilled 60 bytes there (2026-12-04).
+  static constexpr int kGemvRawRegs = 11;
   static constexpr int kGemvDualRawRegs = 11;
   struct Raw {
     uint32_t q[4];     // lane word per k step (Q4_0's nibble order)
@@ -156,6 +157,17 @@ struct WTraits<WFormat::kQ4_K> {
   }
   // The GEMM / GEMV fragments, in f16x2 arithmetic (qw::dq_kq_affine).
   QSP_HD static void frags(const Raw& r, int s, uint32_t (&f)[4]) { qw::dq_kq_affine(r.q[s], 0u, s, r.side, f); }
+
+  // ---- The factored GEMV (kernels/gemv.cu) -----------------------------------------------
+  // x = ds[p] * code + nm[p] (row 8p + g): exact codes in the fragment
+  // positions, per-row fp32 scales of k step s (kernels/qweight_kfrags.cuh),
+  // the same for the kScaleSteps steps of a sub-block.
+  static constexpr bool kFactored = true, kAffine = true;
+  static constexpr int kScaleSteps = 2;  // a 32-column sub-block: k steps 2h, 2h+1
+  QSP_HD static void codes(const Raw& r, int s, uint32_t (&f)[4]) { qw::kq_codes(r.q[s], 0u, s, f); }
+  QSP_HD static void scales(const Raw& r, int s, float (&ds)[2], float (&nm)[2]) {
+    qw::kq_scales(r.side, s, ds, nm);
+  }
 
   // ---- wgmma GEMM -------------------------------------------------------------------------
   __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {

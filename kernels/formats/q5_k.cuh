@@ -152,6 +152,17 @@ struct WTraits<WFormat::kQ5_K> {
   // The GEMM / GEMV fragments, in f16x2 arithmetic (qw::dq_kq_affine).
   QSP_HD static void frags(const Raw& r, int s, uint32_t (&f)[4]) { qw::dq_kq_affine(r.q[s], r.qh, s, r.side, f); }
 
+  // ---- The factored GEMV (kernels/gemv.cu) -----------------------------------------------
+  // x = ds[p] * code + nm[p] (row 8p + g): exact codes in the fragment
+  // positions, per-row fp32 scales of k step s (kernels/qweight_kfrags.cuh),
+  // the same for the kScaleSteps steps of a sub-block.
+  static constexpr bool kFactored = true, kAffine = true;
+  static constexpr int kScaleSteps = 2;  // a 32-column sub-block: k steps 2h, 2h+1
+  QSP_HD static void codes(const Raw& r, int s, uint32_t (&f)[4]) { qw::kq_codes(r.q[s], r.qh, s, f); }
+  QSP_HD static void scales(const Raw& r, int s, float (&ds)[2], float (&nm)[2]) {
+    qw::kq_scales(r.side, s, ds, nm);
+  }
+
   // ---- wgmma GEMM -------------------------------------------------------------------------
   __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
     Raw r;

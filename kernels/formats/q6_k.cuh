@@ -190,6 +190,18 @@ struct WTraits<WFormat::kQ6_K> {
   // The GEMM / GEMV fragments, in f16x2 arithmetic (qw::dq_q6_k).
   QSP_HD static void frags(const Raw& r, int s, uint32_t (&f)[4]) { qw::dq_q6_k(r.q[s], r.qh[s >> 1], s, r.sc, r.d, f); }
 
+  // ---- The factored GEMV (kernels/gemv.cu) -----------------------------------------------
+  // x = ds[p] * code + nm[p] (row 8p + g): exact codes in the fragment
+  // positions, per-row fp32 scales of k step s (kernels/qweight_kfrags.cuh),
+  // the same for the kScaleSteps steps of a sub-block.
+  static constexpr bool kFactored = true, kAffine = false;
+  static constexpr int kScaleSteps = 1;  // a 16-column sub-block per k step
+  QSP_HD static void codes(const Raw& r, int s, uint32_t (&f)[4]) { qw::q6_codes(r.q[s], r.qh[s >> 1], s, f); }
+  QSP_HD static void scales(const Raw& r, int s, float (&ds)[2], float (&nm)[2]) {
+    qw::q6_scales(r.sc, r.d, s, ds);
+    nm[0] = nm[1] = 0.0f;
+  }
+
   // ---- wgmma GEMM -------------------------------------------------------------------------
   __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
     Raw r;

@@ -16,7 +16,8 @@
 // 32-column group (the low part's own rounding when it is an fp16
 // subnormal), and the whole matrix within 1e-3 relative L2. Padding rows and
 // columns must decode to 0.
-// load8 (the embedding) is fp32 and exact.
+// load8 (the embedding) is fp32 and exact. The K-quants' factored GEMV
+// decode (codes * scale + min, fp32) is exact too (check_factored).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/quant.h"
@@ -63,6 +65,64 @@ auto raw_of(typename T::Raw& r, const uint8_t* dev, size_t soff, int64_t u, int 
 template <class T>
 void raw_of(typename T::Raw& r, const uint8_t* dev, size_t soff, int64_t u, int lane, long) {
   T::raw_at(r, dev + u * T::kUnit, dev + soff + u * T::kScaleUnit, lane);
+}
+
+template <class T, class = void>
+struct Factored : std::false_type {};
+template <class T>
+struct Factored<T, std::void_t<decltype(T::kFactored)>> : std::bool_constant<T::kFactored> {};
+
+// The factored GEMV's decode (kernels/gemv.cu: WTraits::codes / scales):
+// code * ds + nm, in fp32 as the kernel forms it, equals the reference
+// exactly (every product is exact, one rounding, as the reference); the
+// codes are exact small integers; every k step of a sub-block (kScaleSteps)
+// has the same scales; padding rows give 0.
+template <class T>
+void check_factored(const std::vector<uint8_t>& dev, size_t soff, int64_t rows, int64_t cols,
+                    const std::vector<float>& ref) {
+  int64_t n = 0, bad = 0, bad_code = 0, bad_step = 0, pad_bad = 0;
+  for (int64_t tile = 0; tile < qw::n_tiles(rows); ++tile)
+    for (int64_t c = 0; c < qw::n_chunks(cols); ++c)
+      for (int lane = 0; lane < 32; ++lane) {
+        typename T::Raw raw;
+        raw_of<T>(raw, dev.data(), soff, tile * qw::n_chunks(cols) + c, lane, 0);
+        const int g = lane >> 2, t = lane & 3;
+        for (int s = 0; s < 4; ++s) {
+          uint32_t f[4];
+          float ds[2], nm[2], ds0[2], nm0[2];
+          T::codes(raw, s, f);
+          T::scales(raw, s, ds, nm);
+          T::scales(raw, s - s % T::kScaleSteps, ds0, nm0);
+          for (int p = 0; p < 2; ++p)
+            bad_step += !(ds[p] == ds0[p] && nm[p] == nm0[p]) && !(std::isnan(ds[p]) && std::isnan(ds0[p]));
+          for (int j = 0; j < 4; ++j)
+            for (int hh = 0; hh < 2; ++hh) {
+              const int p = j >> 1, e = 2 * (j & 1) + hh;
+              const int64_t row = tile * 16 + 8 * p + g, col = c * 64 + qw::chunk_col(s, t, e);
+              const float code = fp16_to_fp32(uint16_t(f[j] >> (16 * hh)));
+              bad_code += !(code == std::nearbyint(code) && std::fabs(code) <= 64.0f);
+              const float got = std::fma(code, ds[p], nm[p]);
+              if (row >= rows) {
+                pad_bad += got != 0.0f;
+                continue;
+              }
+              const float want = ref[size_t(row * cols + col)];
+              ++n;
+              if (!(got == want) && !(std::isnan(got) && std::isnan(want))) {
+                if (bad++ == 0) {
+                  UNSCOPED_INFO("first bad factored value: row " << row << " col " << col << ": " << code << " * "
+                                                                 << ds[p] << " + " << nm[p] << " = " << got
+                                                                 << " vs " << want);
+                }
+              }
+            }
+        }
+      }
+  CHECK(n == rows * cols);
+  CHECK(bad == 0);
+  CHECK(bad_code == 0);
+  CHECK(bad_step == 0);
+  CHECK(pad_bad == 0);
 }
 
 // How close a fragment value must be to the fp32 reference (see the top).
@@ -141,6 +201,7 @@ void check_format(int32_t dtype, Frag mode, const Shape& sh, uint64_t seed) {
             }
         }
       }
+  if constexpr (Factored<T>::value) check_factored<T>(dev, soff, rows, cols, ref);
   const double rel_l2 = k.ref2 > 0 ? std::sqrt(k.err2 / k.ref2) : 0.0;
   std::printf("  %-5s %4lldx%-4lld fragments: %lld values, %lld equal to fp16(ref), %lld within tolerance, %lld bad, "
               "%lld bad padding, rel L2 %.2e\n",
