@@ -148,7 +148,7 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
   };
   for (const auto& c : cases) {
     OpWeight w(c.dt, c.N, c.K, seed++), w2(c.dt, c.N, c.K, seed++);
-    gemm_sweep_wgmma_configs(w, w2, c.Ms, seed++, tiles, splits);
+    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, tiles, splits);
   }
   // What the forcing fields refuse.
   OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
@@ -184,7 +184,7 @@ TEST_CASE("op gemm: every kernel path on small shapes", "[gpu][gemm][sanitize]")
   // splits).
   if (gemm_wgmma_runs()) {
     OpWeight w(QSP_DTYPE_Q4_0, 256, 512, 720), w2(QSP_DTYPE_Q4_0, 256, 512, 721);
-    gemm_sweep_wgmma_configs(w, w2, {40}, 722, {128, 256}, {2, 8});
+    gemm_sweep(w, w2, {40}, 722, kWgmma, {128, 256}, {2, 8});
   }
 }
 
