@@ -53,14 +53,6 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-#define CK(x)                                                                                    \
-  do {                                                                                           \
-    const cudaError_t ck_e_ = (x);                                                               \
-    if (ck_e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(ck_e_)); \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
 
 // Random quantized rows [r0, r1) of a cols-wide matrix: random codes, fp16
 // block scales (and mins) at the scale bench_prefill uses (bench_weights.h).
@@ -102,18 +94,7 @@ void write_model(const std::string& path, const qsp::gguf::SynthPreset& p, int32
   w.add_string("general.name", "bench_upload " + p.name + " " + qsp_dtype_name(type));
   w.add_u32("general.alignment", 32);
   w.add_u32("general.quantization_version", 2);
-  w.add_u32(a + ".block_count", p.n_layers);
-  w.add_u32(a + ".context_length", p.context_length);
-  w.add_u32(a + ".embedding_length", p.hidden);
-  w.add_u32(a + ".feed_forward_length", p.ffn);
-  w.add_u32(a + ".attention.head_count", p.n_heads);
-  w.add_u32(a + ".attention.head_count_kv", p.n_kv_heads);
-  w.add_u32(a + ".attention.key_length", p.head_dim);
-  w.add_u32(a + ".attention.value_length", p.head_dim);
-  w.add_u32(a + ".rope.dimension_count", p.head_dim);
-  w.add_f32(a + ".rope.freq_base", p.rope_theta);
-  w.add_f32(a + ".attention.layer_norm_rms_epsilon", p.rms_eps);
-  w.add_u32(a + ".vocab_size", p.vocab);
+  qsp::gguf::add_model_keys(w, p);
   w.add_string("tokenizer.ggml.model", "none");
   for (const SynthTensor& t : ts) {
     if (t.vector)
@@ -287,19 +268,19 @@ int main(int argc, char** argv) {
   // slots' size), each into its own place of a device buffer of that size.
   const size_t piece = size_t(16) << 20;
   void *h = nullptr, *dbuf = nullptr;
-  CK(cudaSetDevice(0));
-  CK(cudaHostAlloc(&h, piece, cudaHostAllocDefault));
-  CK(cudaMalloc(&dbuf, piece));
+  QSP_CK(cudaSetDevice(0));
+  QSP_CK(cudaHostAlloc(&h, piece, cudaHostAllocDefault));
+  QSP_CK(cudaMalloc(&dbuf, piece));
   std::memset(h, 1, piece);
-  CK(cudaMemcpy(dbuf, h, piece, cudaMemcpyHostToDevice));
+  QSP_CK(cudaMemcpy(dbuf, h, piece, cudaMemcpyHostToDevice));
   t0 = now_s();
   for (uint64_t done = 0; done < out_bytes; done += piece)
-    CK(cudaMemcpyAsync(dbuf, h, size_t(std::min<uint64_t>(piece, out_bytes - done)), cudaMemcpyHostToDevice, 0));
-  CK(cudaDeviceSynchronize());
+    QSP_CK(cudaMemcpyAsync(dbuf, h, size_t(std::min<uint64_t>(piece, out_bytes - done)), cudaMemcpyHostToDevice, 0));
+  QSP_CK(cudaDeviceSynchronize());
   const double copy_s = now_s() - t0;
   std::printf("pinned copy alone: %.2f GB to the device, %.3f s = %.2f GB/s\n", out_bytes / 1e9, copy_s,
               out_bytes / copy_s / 1e9);
-  CK(cudaFree(dbuf));
-  CK(cudaFreeHost(h));
+  QSP_CK(cudaFree(dbuf));
+  QSP_CK(cudaFreeHost(h));
   return 0;
 }

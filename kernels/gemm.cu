@@ -51,6 +51,36 @@ cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks,
   return wgmma::run(a, f, ep, bt, ks, stream);
 }
 
+// Blocks per wave of the wgmma kernel's split-K clusters (wave[0]: no split).
+void cluster_waves(int dev, int sms, int (&wave)[4]) {
+  wave[0] = sms;
+  for (int i = 1; i < 4; ++i) {
+    const int ks = 1 << i, n = wgmma::cluster_wave(dev, ks);
+    wave[i] = n > 0 ? n : sms / ks * ks;
+  }
+}
+
+// The plan model's time for M tokens with the automatic choice (units of
+// kernels/gemm_plan.cpp), and what it would run.
+struct AutoPlan {
+  double t;
+  bool wgmma;
+  Plan mma;
+  WgPlan wg;
+};
+AutoPlan plan_auto(int64_t M, const KArgs& a, WFormat f, bool dual, bool wg_ok, int sms, const int (&wave)[4]) {
+  AutoPlan r;
+  r.mma = plan_mma(M, a.o.N, a.KC, dual, sms);
+  r.wg = wg_ok ? plan_wgmma(M, a.o.N, a.KC, dual, wave) : WgPlan{0, 1, 1e300};
+  r.wgmma = r.wg.t < r.mma.t;
+  r.t = r.wgmma ? r.wg.t : r.mma.t;
+  if (M <= 16) {
+    const size_t per = dweight_bytes(f, int64_t(a.tiles) * 16, a.K);
+    r.t = plan_gemv(dual ? 2 * per : per);
+  }
+  return r;
+}
+
 // The kernel for this shape, format and device (see the top of the file).
 cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_tile, int wg_splits,
                 cudaStream_t stream) {
@@ -63,23 +93,38 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
   if (e != cudaSuccess) return e;
   const bool dual = ep == Epilogue::kSwiGLU;
   const int sms = std::max(1, sm_count(dev));
-  const Plan p = plan_mma(M, a.o.N, a.KC, dual, sms);
-  if (wgmma_format && path != GemmPath::kMma) {
-    if (wgmma::available(dev)) {
-      int wave[4] = {sms, 0, 0, 0};
-      for (int i = 1; i < 4; ++i) {
-        const int ks = 1 << i, n = wgmma::cluster_wave(dev, ks);
-        wave[i] = n > 0 ? n : sms / ks * ks;
+  const bool wg_ok = wgmma_format && path != GemmPath::kMma && wgmma::available(dev);
+  if (path == GemmPath::kWgmma && !wg_ok) return cudaErrorNotSupported;
+  int wave[4] = {sms, sms, sms, sms};
+  if (wg_ok) cluster_waves(dev, sms, wave);
+  const AutoPlan best = plan_auto(M, a, f, dual, wg_ok, sms, wave);
+  if (path == GemmPath::kAuto) {
+    // A ragged last token tile (M a few tokens past a multiple of the tile)
+    // costs a whole tile, often a whole extra wave: run those tokens as a
+    // GEMM of their own (the GEMV up to 16) where the model says it pays,
+    // e.g. a batch of 4 x 512 prompt tokens + 60 decoding sequences.
+    const int bt = best.wgmma ? best.wg.bt : best.mma.large ? CfgLarge::BM : CfgMedium::BM;
+    const int tail = M % bt;
+    if (tail != 0 && M > bt) {
+      const AutoPlan head = plan_auto(M - tail, a, f, dual, wg_ok, sms, wave);
+      const AutoPlan rest = plan_auto(tail, a, f, dual, wg_ok, sms, wave);
+      if (head.t + rest.t + kPlanLaunch < best.t) {
+        KArgs h = a, r = a;
+        h.o.M = M - tail;
+        r.o.M = tail;
+        r.x = a.x + size_t(M - tail) * size_t(a.ldx);
+        const size_t off = size_t(M - tail) * size_t(a.o.ldo);
+        if (r.o.out_h) r.o.out_h += off;
+        if (r.o.out_f) r.o.out_f += off;
+        e = run(h, f, ep, path, 0, 0, stream);
+        return e != cudaSuccess ? e : run(r, f, ep, path, 0, 0, stream);
       }
-      const WgPlan w = plan_wgmma(M, a.o.N, a.KC, dual, wave);
-      if (path == GemmPath::kWgmma || w.t < p.t) {
-        return launch_wgmma(a, f, ep, wg_tile ? wg_tile : w.bt, wg_splits ? wg_splits : w.ks, stream);
-      }
-    } else if (path == GemmPath::kWgmma) {
-      return cudaErrorNotSupported;
     }
   }
-  return launch_mma(a, f, ep, p.large, p.ks, dev, stream);
+  if (path == GemmPath::kWgmma || (path == GemmPath::kAuto && best.wgmma)) {
+    return launch_wgmma(a, f, ep, wg_tile ? wg_tile : best.wg.bt, wg_splits ? wg_splits : best.wg.ks, stream);
+  }
+  return launch_mma(a, f, ep, best.mma.large, best.mma.ks, dev, stream);
 }
 
 }  // namespace

@@ -297,19 +297,8 @@ cudaError_t launch_cfg(KArgs a, int dev, int ks, int real_cols, cudaStream_t str
     kernel<<<grid, C::kThreads, kSmem, stream>>>(a);
     return cudaGetLastError();
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(C::kThreads);
-  cfg.dynamicSmemBytes = kSmem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = unsigned(ks);
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  e = cudaLaunchKernelEx(&cfg, kernel, a);
+  const ClusterZLaunch cl(grid, C::kThreads, kSmem, stream);
+  e = cudaLaunchKernelEx(&cl.cfg, kernel, a);
   if (e == cudaSuccess) return cudaGetLastError();
   // A cluster that cannot be scheduled is a launch-configuration error (not
   // sticky): run unsplit instead of failing the whole forward pass.

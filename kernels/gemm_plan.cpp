@@ -78,5 +78,11 @@ WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave
   return best;
 }
 
+// The unit above is ~1.56 us on the H200 (a 256-token wgmma chunk, 1 / 1.95
+// of it, measured ~0.8 us per block). The GEMV moves 1.3-2.0 TB/s of weights
+// (bench_gemm M = 1: 4096 x 4096 Q4_0 1.27 TB/s, 12288 x 4096 2.0 TB/s):
+// ~2 MB per unit at the lower figure, plus ~2 units of launch and tail.
+double plan_gemv(size_t weight_bytes) { return double(weight_bytes) / 2.0e6 + 2.0; }
+
 }  // namespace kern
 }  // namespace qsp

@@ -4,6 +4,7 @@
 // the comments of kernels/gemm_plan.cpp and in bench/RESULTS.md.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace qsp {
@@ -42,6 +43,12 @@ struct WgPlan {
 // wave[i]: blocks that run at once with clusters of 2^i blocks (wave[0] = the
 // SM count; see wgmma::cluster_wave).
 WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4]);
+
+// The GEMV (M <= 16) in the same units: it streams the weights once;
+// weight_bytes: their device size.
+double plan_gemv(size_t weight_bytes);
+// One more launch in the same units (a ragged tail run as its own GEMM).
+constexpr double kPlanLaunch = 2.0;
 
 }  // namespace kern
 }  // namespace qsp

@@ -261,19 +261,8 @@ cudaError_t launch_one(const Args& a, const CUtensorMap& map, dim3 grid, cudaStr
     kernel<<<grid, kThreads, L::kBytes, stream>>>(map, a);
     return cudaGetLastError();
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = L::kBytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = grid.z;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, map, a);
+  const ClusterZLaunch cl(grid, kThreads, L::kBytes, stream);
+  return cudaLaunchKernelEx(&cl.cfg, kernel, map, a);
 }
 
 template <WFormat F, int BT, Epilogue EP>
@@ -320,19 +309,9 @@ int cluster_wave(int dev, int ks) {
     auto kernel = wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16, true>;
     static PerDevice smem_once;
     int n = 0;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(1, 1, unsigned(ks));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = L::kBytes;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = unsigned(ks);
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    const ClusterZLaunch cl(dim3(1, 1, unsigned(ks)), kThreads, L::kBytes, nullptr);
     if (set_smem_once(smem_once, dev, kernel, L::kBytes) != cudaSuccess ||
-        cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess || n <= 0) {
+        cudaOccupancyMaxActiveClusters(&n, kernel, &cl.cfg) != cudaSuccess || n <= 0) {
       (void)cudaGetLastError();
       return -1;
     }

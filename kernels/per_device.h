@@ -59,5 +59,28 @@ cudaError_t set_smem_once(PerDevice& once, int dev, Kernel kernel, int bytes) {
   return e;
 }
 
+// The launch configuration of a grid whose blocks along z form one
+// (1, 1, grid.z) thread-block cluster (the GEMMs' split-K): for
+// cudaLaunchKernelEx and cudaOccupancyMaxActiveClusters. Not copyable (cfg
+// points at attr).
+struct ClusterZLaunch {
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t cfg;
+  ClusterZLaunch(dim3 grid, int threads, size_t smem, cudaStream_t stream) : attr{}, cfg{} {
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(unsigned(threads));
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = grid.z;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  ClusterZLaunch(const ClusterZLaunch&) = delete;
+  ClusterZLaunch& operator=(const ClusterZLaunch&) = delete;
+};
+
 }  // namespace kern
 }  // namespace qsp

@@ -346,6 +346,52 @@ TEST_CASE("cuda model: decode steps through the CUDA graph follow the CPU", "[gp
   }
 }
 
+// Chunks of a repeated shape replay a captured graph (captured at the
+// shape's second run): 13-token chunks at moving positions, two per prompt,
+// after a truncate, and with more shapes than the cache holds in between
+// (the least recently used is dropped and captured again), each step
+// against the CPU.
+TEST_CASE("cuda model: repeated chunk shapes through CUDA graphs follow the CPU", "[gpu][model][graph]") {
+  QSP_REQUIRE_GPU();
+  Poison poison;
+  ModelSpec spec = qwen3_shape(QSP_DTYPE_Q4_0, 33);
+  TestModel m = make_model(spec);
+  qsp_context* cpu = m.create(QSP_BACKEND_CPU);
+  qsp_context* gpu = m.create(QSP_BACKEND_CUDA);
+  REQUIRE(cpu);
+  REQUIRE(gpu);
+  uint64_t seed = 500;
+  for (int step = 0; step < 6; ++step) {
+    std::vector<int32_t> t = random_tokens(13, spec.vocab, seed++);
+    check_close(run(gpu, t, {13}), run(cpu, t, {13}));  // eager, capture, then replays
+  }
+  // 26 tokens as two 13-token qsp_prefill calls.
+  for (int step = 0; step < 3; ++step) {
+    std::vector<int32_t> t = random_tokens(26, spec.vocab, seed++);
+    check_close(run(gpu, t, {13, 13}), run(cpu, t, {26}));
+  }
+  REQUIRE(qsp_kv_truncate(gpu, 5) == QSP_OK);
+  REQUIRE(qsp_kv_truncate(cpu, 5) == QSP_OK);
+  {
+    std::vector<int32_t> t = random_tokens(13, spec.vocab, seed++);
+    check_close(run(gpu, t, {13}), run(cpu, t, {13}));
+  }
+  // Ten other shapes twice each (more than the cache holds), then 13 again.
+  for (int rep = 0; rep < 2; ++rep)
+    for (uint32_t n = 2; n < 12; ++n) {
+      REQUIRE(qsp_kv_truncate(gpu, 3) == QSP_OK);
+      REQUIRE(qsp_kv_truncate(cpu, 3) == QSP_OK);
+      std::vector<int32_t> t = random_tokens(n, spec.vocab, seed++);
+      check_close(run(gpu, t, {n}), run(cpu, t, {n}));
+    }
+  for (int step = 0; step < 3; ++step) {
+    std::vector<int32_t> t = random_tokens(13, spec.vocab, seed++);
+    check_close(run(gpu, t, {13}), run(cpu, t, {13}));
+  }
+  qsp_context_destroy(cpu);
+  qsp_context_destroy(gpu);
+}
+
 TEST_CASE("cuda model: a second context shares the device weight cache", "[gpu][model][cache]") {
   QSP_REQUIRE_GPU();
   ModelSpec spec = llama_shape(QSP_DTYPE_Q4_0, 41);

@@ -6,9 +6,12 @@
 //   -> rmsnorm_f16 -> gemm(gate, up; SwiGLU epilogue) -> gemm(down, += residual)
 //
 // and after the last layer: rmsnorm of the last token -> LM-head GEMV -> argmax.
-// Positions reach the kernels through a device int (`d_past_`), so the decode
-// step (one token) is captured once in a CUDA graph and replayed at every
-// position.
+// Positions reach the kernels through a device int (`d_past_`), and no
+// launch's grid depends on the position, so a chunk of n tokens captured once
+// in a CUDA graph replays at every position: the decode step (one token) is
+// captured at its first use, other chunk shapes at their second (a shape
+// seen once is not worth a capture), up to kMaxChunkGraphs shapes per
+// context, the least recently used dropped first.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,6 +40,9 @@ namespace {
 // an 8B-shaped model); longer prompts are split by the engine, attention
 // reads the earlier chunks from the KV cache.
 constexpr uint32_t kCudaChunk = 4096;
+// Captured chunk shapes per context ((n, logits) pairs) and shapes remembered
+// as seen once.
+constexpr size_t kMaxChunkGraphs = 8, kMaxSeenShapes = 16;
 
 // Weight upload: pinned staging slots a matrix is repacked into, piece by
 // piece, on all cores, each piece copied while the next is repacked.
@@ -159,7 +165,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaSetDevice(dev_);
     cudaStreamSynchronize(stream_);
-    if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+    drop_graphs();
     log_upload_stats();
   }
 
@@ -239,18 +245,20 @@ class CudaBackend final : public Backend {
     if (c.tokens) std::memcpy(hs + 2, c.tokens, c.n * sizeof(int32_t));
     logits_fresh_ = false;
 
-    const bool decode = c.n == 1 && c.tokens && c.want_logits;
-    if (decode && use_graph_) {
-      if (graph_exec_ && !same_weights(w)) {
-        cudaGraphExecDestroy(graph_exec_);
-        graph_exec_ = nullptr;
-      }
-      if (!graph_exec_) capture_decode(w, c);
-      if (graph_exec_) {
-        QSP_CUDA_CHECK(cudaGraphLaunch(graph_exec_, stream_));
+    // Token chunks replay a captured graph of their shape (embeddings come
+    // from a caller's pointer per call: always eager).
+    if (c.tokens && use_graph_) {
+      if (!graphs_.empty() && !same_weights(w)) drop_graphs();
+      const ShapeKey key{c.n, c.want_logits};
+      ChunkGraph* g = find_graph(key);
+      if (!g && (key.n == 1 || seen_before(key))) g = capture(w, c, key);
+      if (g) {
+        g->last_use = ++use_clock_;
+        QSP_CUDA_CHECK(cudaGraphLaunch(g->exec, stream_));
         QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
         return;
       }
+      remember(key);
     }
     enqueue(w, c);
     QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -580,7 +588,7 @@ class CudaBackend final : public Backend {
     QSP_CUDA_CHECK(kern::gemm(g, stream_));
   }
 
-  // The decode graph bakes in weight pointers: remember which tensors it used.
+  // The graphs bake in weight pointers: remember which tensors they used.
   std::vector<const Tensor*> weight_ids(const ModelTensors& w) const {
     std::vector<const Tensor*> ids;
     for (const LayerTensors& L : w.layers)
@@ -594,7 +602,38 @@ class CudaBackend final : public Backend {
   }
   bool same_weights(const ModelTensors& w) const { return weight_ids(w) == graph_weights_; }
 
-  void capture_decode(const ModelTensors& w, const PrefillChunk& c) {
+  // ---- Chunk graphs ---------------------------------------------------------------------
+  struct ShapeKey {
+    uint32_t n;
+    bool logits;
+    bool operator==(const ShapeKey& o) const { return n == o.n && logits == o.logits; }
+  };
+  struct ChunkGraph {
+    ShapeKey key;
+    cudaGraphExec_t exec;
+    uint64_t last_use;
+  };
+
+  ChunkGraph* find_graph(const ShapeKey& k) {
+    for (ChunkGraph& g : graphs_)
+      if (g.key == k) return &g;
+    return nullptr;
+  }
+  bool seen_before(const ShapeKey& k) const { return std::find(seen_.begin(), seen_.end(), k) != seen_.end(); }
+  void remember(const ShapeKey& k) {
+    if (seen_before(k)) return;
+    if (seen_.size() == kMaxSeenShapes) seen_.erase(seen_.begin());
+    seen_.push_back(k);
+  }
+  void drop_graphs() noexcept {
+    for (ChunkGraph& g : graphs_) cudaGraphExecDestroy(g.exec);
+    graphs_.clear();
+    graph_weights_.clear();
+  }
+
+  // Captures chunk shape k (the weights of w baked in); nullptr, and eager
+  // from then on, when the driver will not instantiate it.
+  ChunkGraph* capture(const ModelTensors& w, const PrefillChunk& c, const ShapeKey& k) {
     cudaGraph_t graph = nullptr;
     QSP_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
@@ -606,16 +645,25 @@ class CudaBackend final : public Backend {
       throw;
     }
     QSP_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    cudaError_t e = cudaGraphInstantiate(&graph_exec_, graph, 0);
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     if (e != cudaSuccess) {
-      // Run eagerly from now on rather than fail the user's decode step.
+      // Run eagerly from now on rather than fail the user's prefill.
       cudaGetLastError();
-      graph_exec_ = nullptr;
+      drop_graphs();
       use_graph_ = false;
-      return;
+      return nullptr;
     }
-    graph_weights_ = weight_ids(w);
+    if (graphs_.size() == kMaxChunkGraphs) {
+      auto lru = std::min_element(graphs_.begin(), graphs_.end(),
+                                  [](const ChunkGraph& a, const ChunkGraph& b) { return a.last_use < b.last_use; });
+      cudaGraphExecDestroy(lru->exec);
+      graphs_.erase(lru);
+    }
+    if (graphs_.empty()) graph_weights_ = weight_ids(w);
+    graphs_.push_back(ChunkGraph{k, exec, 0});
+    return &graphs_.back();
   }
 
   // ---- Weight upload -------------------------------------------------------------------
@@ -734,8 +782,10 @@ class CudaBackend final : public Backend {
   bool logits_fresh_ = false;
   bool use_graph_ = true;
   bool poison_ = false;
-  cudaGraphExec_t graph_exec_ = nullptr;
-  std::vector<const Tensor*> graph_weights_;
+  std::vector<ChunkGraph> graphs_;       // captured chunk shapes (kMaxChunkGraphs)
+  std::vector<ShapeKey> seen_;           // shapes run once, eagerly (kMaxSeenShapes)
+  uint64_t use_clock_ = 0;
+  std::vector<const Tensor*> graph_weights_;  // the weights every graph in graphs_ bakes in
   std::shared_ptr<BatchSpace> batch_space_;  // set when this context first leads a batch
   // Weight upload (ensure_staging): released after the destructor
   // synchronized the stream (every upload synchronizes before it returns).

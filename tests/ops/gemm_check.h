@@ -123,26 +123,11 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
 
 // All epilogues for each M on one (w, w2) pair; ldx alternates tight and
 // padded by M, ldo cycles tight, padded (aligned) and odd (scalar stores).
+// With path kWgmma, every token tile x K split of `tiles` x `splits` too (0:
+// the plan's); the references are computed once per M.
 inline void gemm_sweep(const OpWeight& w, const OpWeight& w2, const std::vector<int>& Ms, uint64_t seed,
-                       GemmPath path = GemmPath::kAuto) {
-  int variant = 0, mi = 0;
-  for (int M : Ms) {
-    const int ldx = int(w.K) + (mi++ % 2 ? 8 : 0);
-    OpActs x(M, int(w.K), ldx, seed + 1000 + M);
-    const std::vector<int> rows = sample_rows(M);
-    const std::vector<float> ref = cpu_matmul(w, x, rows), ref2 = cpu_matmul(w2, x, rows);
-    for (Epilogue ep : {Epilogue::kStoreF16, Epilogue::kStoreF32, Epilogue::kAddF32, Epilogue::kSwiGLU}) {
-      const int pad = variant % 3 == 0 ? 0 : variant % 3 == 1 ? 8 : 1;
-      ++variant;
-      check_gemm(w, &w2, x, ep, int(w.N) + pad, rows, ref, &ref2, seed + variant, path);
-    }
-  }
-}
-
-// The wgmma kernel with each of its token tiles and K splits forced (every
-// epilogue for each M; the references computed once per M).
-inline void gemm_sweep_wgmma_configs(const OpWeight& w, const OpWeight& w2, const std::vector<int>& Ms, uint64_t seed,
-                                     const std::vector<int>& tiles, const std::vector<int>& splits) {
+                       GemmPath path = GemmPath::kAuto, const std::vector<int>& tiles = {0},
+                       const std::vector<int>& splits = {0}) {
   int variant = 0, mi = 0;
   for (int M : Ms) {
     const int ldx = int(w.K) + (mi++ % 2 ? 8 : 0);
@@ -154,8 +139,7 @@ inline void gemm_sweep_wgmma_configs(const OpWeight& w, const OpWeight& w2, cons
         for (Epilogue ep : {Epilogue::kStoreF16, Epilogue::kStoreF32, Epilogue::kAddF32, Epilogue::kSwiGLU}) {
           const int pad = variant % 3 == 0 ? 0 : variant % 3 == 1 ? 8 : 1;
           ++variant;
-          check_gemm(w, &w2, x, ep, int(w.N) + pad, rows, ref, &ref2, seed + variant, GemmPath::kWgmma, nullptr,
-                     nullptr, bt, ks);
+          check_gemm(w, &w2, x, ep, int(w.N) + pad, rows, ref, &ref2, seed + variant, path, nullptr, nullptr, bt, ks);
         }
   }
 }

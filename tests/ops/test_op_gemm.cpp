@@ -76,11 +76,13 @@ TEST_CASE("op gemm: Q4_0 / Q8_0 / F16, all epilogues, small and medium shapes", 
 }
 
 // Qwen3-8B shapes: q/o 4096 x 4096, gate/up 12288 x 4096, down 4096 x 12288.
+// M a few tokens past a multiple of the token tile (513, 2065, 2108) runs
+// the tail as a GEMM of its own where the plan model says it pays.
 TEST_CASE("op gemm: large prefill shapes", "[gpu][gemm]") {
   QSP_REQUIRE_GPU();
   run_cases({
-                {QSP_DTYPE_Q4_0, 4096, 4096, {1, 16, 2048}, {kAuto}},
-                {QSP_DTYPE_Q4_0, 12288, 4096, {7, 513}, {kAuto}},
+                {QSP_DTYPE_Q4_0, 4096, 4096, {1, 16, 2048, 2108}, {kAuto}},  // 2108: a ragged tail of 60
+                {QSP_DTYPE_Q4_0, 12288, 4096, {7, 513, 2065}, {kAuto}},
                 {QSP_DTYPE_Q8_0, 4096, 4096, {1, 16, 2048}, {kAuto}},
                 {QSP_DTYPE_Q8_0, 12288, 4096, {7, 513}, {kAuto}},
                 {QSP_DTYPE_F16, 4096, 4096, {1, 2048}, {kAuto}},
@@ -148,7 +150,7 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
   };
   for (const auto& c : cases) {
     OpWeight w(c.dt, c.N, c.K, seed++), w2(c.dt, c.N, c.K, seed++);
-    gemm_sweep_wgmma_configs(w, w2, c.Ms, seed++, tiles, splits);
+    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, tiles, splits);
   }
   // What the forcing fields refuse.
   OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
@@ -184,7 +186,7 @@ TEST_CASE("op gemm: every kernel path on small shapes", "[gpu][gemm][sanitize]")
   // splits).
   if (gemm_wgmma_runs()) {
     OpWeight w(QSP_DTYPE_Q4_0, 256, 512, 720), w2(QSP_DTYPE_Q4_0, 256, 512, 721);
-    gemm_sweep_wgmma_configs(w, w2, {40}, 722, {128, 256}, {2, 8});
+    gemm_sweep(w, w2, {40}, 722, kWgmma, {128, 256}, {2, 8});
   }
 }
 

@@ -247,6 +247,22 @@ std::vector<uint8_t> synth_tensor_bytes(const SynthTensor& t) {
   return b;
 }
 
+void add_model_keys(Writer& w, const SynthPreset& p) {
+  const std::string& a = p.arch;
+  w.add_u32(a + ".block_count", p.n_layers);
+  w.add_u32(a + ".context_length", p.context_length);
+  w.add_u32(a + ".embedding_length", p.hidden);
+  w.add_u32(a + ".feed_forward_length", p.ffn);
+  w.add_u32(a + ".attention.head_count", p.n_heads);
+  w.add_u32(a + ".attention.head_count_kv", p.n_kv_heads);
+  w.add_u32(a + ".attention.key_length", p.head_dim);
+  w.add_u32(a + ".attention.value_length", p.head_dim);
+  w.add_u32(a + ".rope.dimension_count", p.head_dim);
+  w.add_f32(a + ".rope.freq_base", p.rope_theta);
+  w.add_f32(a + ".attention.layer_norm_rms_epsilon", p.rms_eps);
+  w.add_u32(a + ".vocab_size", p.vocab);
+}
+
 Writer synth_writer(const SynthPreset& p, const SynthType& st, uint64_t seed, std::vector<SynthTensor>* tensors,
                     const SynthExtras& extras) {
   const int32_t wtype = st.base;
@@ -289,18 +305,7 @@ Writer synth_writer(const SynthPreset& p, const SynthType& st, uint64_t seed, st
   w.add_u32("general.alignment", kDefaultAlignment);
   if (file_type >= 0 && !extras.vocab_only) w.add_u32("general.file_type", uint32_t(file_type));
   w.add_u32("general.quantization_version", 2);
-  w.add_u32(a + ".block_count", p.n_layers);
-  w.add_u32(a + ".context_length", p.context_length);
-  w.add_u32(a + ".embedding_length", p.hidden);
-  w.add_u32(a + ".feed_forward_length", p.ffn);
-  w.add_u32(a + ".attention.head_count", p.n_heads);
-  w.add_u32(a + ".attention.head_count_kv", p.n_kv_heads);
-  w.add_u32(a + ".attention.key_length", p.head_dim);
-  w.add_u32(a + ".attention.value_length", p.head_dim);
-  w.add_u32(a + ".rope.dimension_count", p.head_dim);
-  w.add_f32(a + ".rope.freq_base", p.rope_theta);
-  w.add_f32(a + ".attention.layer_norm_rms_epsilon", p.rms_eps);
-  w.add_u32(a + ".vocab_size", p.vocab);
+  add_model_keys(w, p);
   if (tok)
     add_tokenizer_keys(w, *tok);
   else

@@ -95,6 +95,10 @@ struct SynthExtras {
   bool vocab_only = false;
 };
 
+// The preset's shape as the architecture's GGUF keys (block_count ..
+// vocab_size), as qsp synth writes them.
+void add_model_keys(Writer& w, const SynthPreset& p);
+
 // The writer with all metadata and tensor infos of the preset; `tensors`
 // receives synth_tensors() (same order as the writer's; empty when vocab-only).
 // Throws std::invalid_argument when the tokenizer's size is not p.vocab.
