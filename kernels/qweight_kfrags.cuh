@@ -94,7 +94,9 @@ QSP_HD constexpr int ksc_byte(int g, int p, int s) { return 8 * g + 4 * p + s; }
 // m), ~2x cheaper still, but the rounding of dmin m is 2^-12 of the
 // sub-block's range whatever x is, which near x = 0 is many ulps: GEMM
 // outputs went from ~4e-4 to 1.0e-3 relative L2 vs the CPU and the op test's
-// per-element bound failed (H200, 2026-12-04).
+// per-element bound failed (H200, 2026-12-04). The scale-only formats (Q3_K,
+// Q6_K: x = d sc q, no min to cancel against) do take the one fp16 scale:
+// x16 = RN16(q RN16(d sc)), within ~1 ulp16(x), not a multiple of the range.
 namespace hd {
 // (lo half of a, lo half of b) and (hi of a, hi of b).
 QSP_HD inline uint32_t pack_lo2(uint32_t a, uint32_t b) {
@@ -156,11 +158,11 @@ QSP_HD inline uint32_t affine_frag(uint32_t t, bool row_g, uint32_t ds_hi, uint3
   const auto bc = [row_g](uint32_t w) { return row_g ? hd::bcast_lo(w) : hd::bcast_hi(w); };
   return hd::fadd2(hd::ffma2(t, bc(ds_hi), bc(nm_hi)), hd::ffma2(t, bc(ds_lo), bc(nm_lo)));
 }
-// t * d, d split in hi / lo: t hi + RN16(t lo).
-QSP_HD inline uint32_t scaled_frag(uint32_t t, bool row_g, uint32_t ds_hi, uint32_t ds_lo) {
-  const uint32_t h = row_g ? hd::bcast_lo(ds_hi) : hd::bcast_hi(ds_hi);
-  const uint32_t l = row_g ? hd::bcast_lo(ds_lo) : hd::bcast_hi(ds_lo);
-  return hd::ffma2(t, h, hd::fmul2(t, l));
+// t * RN16(d): for the scale-only formats (Q3_K, Q6_K), whose t is a small
+// exact integer: two roundings (d's, the product's), within ~1 fp16 ulp of
+// t d; no cancellation to amplify them, unlike d sc q - dmin m.
+QSP_HD inline uint32_t scaled1_frag(uint32_t t, bool row_g, uint32_t ds) {
+  return hd::fmul2(t, row_g ? hd::bcast_lo(ds) : hd::bcast_hi(ds));
 }
 
 // Q4_K / Q5_K, k step s (sub-block h = s >> 1 of the chunk): x = d sc q -
@@ -193,8 +195,8 @@ QSP_HD_UNROLL
 
 // Q6_K, k step s: the codes q = nibble | high << 4 as exact fp16 under
 // exponent 0x64 (1024 + q, or 1024 + 16 q for the nibble at bit 4), minus
-// 1056 (or / 16 - 96): q - 32 exactly; then (q - 32) hi + RN16((q - 32) lo),
-// d * sc split as above: one rounding relative to x, plus one 2^-11 smaller.
+// 1056 (or / 16 - 96): q - 32 exactly; then (q - 32) RN16(d sc)
+// (scaled1_frag): d sc's rounding and the product's.
 // qhw: the lane's high word of this step (fields at q2_bit); sc: its int8 scales of rows g
 // (sc[0]) and g+8 (sc[1]), byte s; dw: (d_g, d_g8).
 // Q6_K codes of k step s: q - 32 as exact fp16 (positions as kq_codes).
@@ -213,12 +215,11 @@ QSP_HD_UNROLL
   }
 }
 QSP_HD inline void dq_q6_k(uint32_t q, uint32_t qhw, int s, const uint32_t (&sc)[2], uint32_t dw, uint32_t (&f)[4]) {
-  uint32_t ds_hi, ds_lo;
-  hd::mul2_split(hd::i8pair(sc[0], sc[1], s), dw, ds_hi, ds_lo);
+  const uint32_t ds = hd::fmul2(hd::i8pair(sc[0], sc[1], s), dw);
   uint32_t t[4];
   q6_codes(q, qhw, s, t);
 QSP_HD_UNROLL
-  for (int j = 0; j < 4; ++j) f[j] = scaled_frag(t[j], j < 2, ds_hi, ds_lo);
+  for (int j = 0; j < 4; ++j) f[j] = scaled1_frag(t[j], j < 2, ds);
 }
 
 // Byte s of a (lo half) and of b (hi half) under exponent 0x64 with the
@@ -275,17 +276,16 @@ QSP_HD_UNROLL
 }
 
 // Q3_K, k step s: x = d (code - 32) (q - 4), q = low | high << 2, in f16x2:
-// code - 32 and q - 4 exact, d (code - 32) split in hi / lo (scaled_frag).
+// code - 32 and q - 4 exact, d (code - 32) rounded once to fp16 (scaled1_frag).
 // sc: the lane's 8 six-bit scale codes (bytes) of rows g / g+8, byte s; dw:
 // (d_g, d_g8).
 QSP_HD inline void dq_q3_k(const uint32_t (&q)[2], uint32_t h, const uint32_t (&sc)[2], uint32_t dw, int s,
                            uint32_t (&f)[4]) {
-  uint32_t ds_hi, ds_lo;
-  hd::mul2_split(hd::fsub2(byte_pair<0, 255>(sc[0], sc[1], s), 0x64206420u), dw, ds_hi, ds_lo);  // code - 32
+  const uint32_t ds = hd::fmul2(hd::fsub2(byte_pair<0, 255>(sc[0], sc[1], s), 0x64206420u), dw);  // d (code - 32)
   uint32_t t[4];
   q3_codes(q, h, s, t);
 QSP_HD_UNROLL
-  for (int j = 0; j < 4; ++j) f[j] = scaled_frag(t[j], j < 2, ds_hi, ds_lo);
+  for (int j = 0; j < 4; ++j) f[j] = scaled1_frag(t[j], j < 2, ds);
 }
 
 // ---- The factored GEMV's per-row scales (kernels/gemv.cu) -----------------------------------
