@@ -9,23 +9,57 @@
 
 namespace qsp {
 
+namespace {
+
+// The devices of qsp_context_params (n_devices, devices, device_index),
+// checked: one per shard, distinct, >= 0.
+std::vector<int32_t> read_devices(const qsp_context_params& p) {
+  QSP_FAIL_IF(p.device_index < 0, QSP_ERR_INVALID_ARGUMENT, "device_index must be >= 0");
+  QSP_FAIL_IF(p.shard_mode != QSP_SHARD_PARALLEL && p.shard_mode != QSP_SHARD_SEQUENTIAL, QSP_ERR_INVALID_ARGUMENT,
+              "shard_mode %d is not a QSP_SHARD_* value", p.shard_mode);
+  QSP_FAIL_IF(p.n_devices > Partition::kMaxShards, QSP_ERR_INVALID_ARGUMENT, "n_devices %u: at most %u",
+              p.n_devices, Partition::kMaxShards);
+  QSP_FAIL_IF(p.n_devices == 0 && p.devices, QSP_ERR_INVALID_ARGUMENT,
+              "devices is set but n_devices is 0 (give their count)");
+  const uint32_t n = std::max(1u, p.n_devices);
+  std::vector<int32_t> d(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    if (p.devices) {
+      d[i] = p.devices[i];
+      QSP_FAIL_IF(d[i] < 0, QSP_ERR_INVALID_ARGUMENT, "devices[%u] is %d: a device ordinal is >= 0", i, d[i]);
+      for (uint32_t j = 0; j < i; ++j)
+        QSP_FAIL_IF(d[j] == d[i], QSP_ERR_INVALID_ARGUMENT, "devices[%u] and devices[%u] are both device %d", j,
+                    i, d[i]);
+    } else {
+      QSP_FAIL_IF(p.device_index > INT32_MAX - int32_t(i), QSP_ERR_INVALID_ARGUMENT,
+                  "device_index %d + %u devices passes INT32_MAX", p.device_index, n);
+      d[i] = p.device_index + int32_t(i);
+    }
+  }
+  return d;
+}
+
+}  // namespace
+
 Context::Context(const qsp_context_params& p) : cfg_(ModelConfig::from_params(p)) {
   log_.callback = p.log_callback;
   log_.user_data = p.log_user_data;
   log_.max_level = p.log_level;
   QSP_FAIL_IF(p.n_threads < 0, QSP_ERR_INVALID_ARGUMENT, "n_threads must be >= 0 (0 = all cores)");
-  QSP_FAIL_IF(p.device_index < 0, QSP_ERR_INVALID_ARGUMENT, "device_index must be >= 0");
+  devices_ = read_devices(p);
+  // Whether the model splits is the model's business, whatever the backend.
+  part_ = Partition(cfg_, uint32_t(devices_.size()));
   switch (p.backend) {
     case QSP_BACKEND_CPU:
-      backend_ = make_cpu_backend(cfg_, p.n_threads);
+      backend_ = make_cpu_backend(cfg_, part_, p.n_threads);
       break;
     case QSP_BACKEND_CUDA:
-      backend_ = make_cuda_backend(cfg_, p.device_index);
+      backend_ = make_cuda();
       break;
     case QSP_BACKEND_AUTO:
-      if (cuda_device_count() > p.device_index) {
+      if (cuda_device_count() > *std::max_element(devices_.begin(), devices_.end())) {
         try {
-          backend_ = make_cuda_backend(cfg_, p.device_index);
+          backend_ = make_cuda();
         } catch (const Error& e) {
           // Only "no device" falls back: an unsupported shape or out-of-memory
           // on a present GPU is something the user must hear about.
@@ -35,13 +69,22 @@ Context::Context(const qsp_context_params& p) : cfg_(ModelConfig::from_params(p)
       } else {
         log_(QSP_LOG_INFO, "no CUDA device; using the CPU backend");
       }
-      if (!backend_) backend_ = make_cpu_backend(cfg_, p.n_threads);
+      if (!backend_) backend_ = make_cpu_backend(cfg_, part_, p.n_threads);
       break;
     default:
       throw Error(QSP_ERR_INVALID_ARGUMENT, strprintf("backend %d is not a QSP_BACKEND_* value", p.backend));
   }
   weights_.layers.resize(cfg_.n_layers);
   log_(QSP_LOG_INFO, "context on " + backend_->device_name());
+}
+
+std::unique_ptr<Backend> Context::make_cuda() const {
+  // Issue 19's next step: one CUDA backend per device and NCCL all-reduces
+  // (QSP_SHARD_PARALLEL), or every shard on one GPU (QSP_SHARD_SEQUENTIAL).
+  QSP_FAIL_IF(part_.size() > 1, QSP_ERR_UNSUPPORTED,
+              "tensor parallelism on the CUDA backend: not yet (n_devices = %u; the CPU backend runs the shards)",
+              part_.size());
+  return make_cuda_backend(cfg_, devices_[0]);
 }
 
 Context::~Context() = default;
@@ -74,6 +117,7 @@ TensorRef Context::acquire(const qsp_tensor& t, const SlotDesc& s, const char* w
   meta.cols = cols;
   meta.bytes = want;
   meta.role = s.role;
+  part_.check_tensor(s, t.dtype, where);
   backend_->check_supported(meta, where);
   WeightCache& cache = WeightCache::get(backend_->kind(), backend_->device());
   const void* data = t.data;
@@ -163,6 +207,8 @@ std::string Context::batch_mismatch(const Context& o) const {
       a.rms_eps != b.rms_eps || a.rope_theta != b.rope_theta || a.rope_style != b.rope_style ||
       a.qk_norm != b.qk_norm)
     return "its model shape or hyperparameters differ";
+  if (part_.size() != o.part_.size())
+    return strprintf("it is split into %u shards, not %u", o.part_.size(), part_.size());
   for (uint32_t l = 0; l < cfg_.n_layers; ++l)
     for (int i = 0; i < kLayerSlotCount; ++i)
       if (weights_.layers[l].t[i] != o.weights_.layers[l].t[i])
