@@ -117,7 +117,7 @@ static void test_init_functions(void) {
   EXPECT(p.qk_norm == 1);
   EXPECT(p.log_level == QSP_LOG_WARN);
   EXPECT(p.log_callback == NULL);
-  EXPECT(p.reserved0 == 0 && p.reserved1 == 0);
+  EXPECT(p.n_devices == 0 && p.device_mask == 0 && p.reserved1 == 0);
   EXPECT(p.n_layers == 0 && p.hidden_size == 0 && p.vocab_size == 0);
   qsp_context_info_init(&info);
   EXPECT(info.struct_size == sizeof info);

@@ -162,28 +162,6 @@ QSP_API int32_t qsp_backend_available(int32_t backend);
 #define QSP_ROPE_NEOX 0        /* rotate pairs (i, i + head_dim/2): Qwen3, HF Llama */
 #define QSP_ROPE_INTERLEAVED 1 /* rotate pairs (2i, 2i+1): Llama weights in GGUF */
 
-/* Tensor parallelism (since 1.3). A context with n_devices = N > 1 splits
- * the model N ways, Megatron-style, as vLLM's tensor_parallel_size does:
- * shard i holds query heads, KV heads (and their KV cache) and FFN features
- * [i*X/N, (i+1)*X/N) of each count X, the rows of wq/wk/wv/w_gate/w_up and
- * the columns of wo/w_down that go with them, and LM-head rows
- * [i*vocab/N, (i+1)*vocab/N); the embedding and the norms are replicated; the
- * shards' partial outputs of wo and w_down are summed (the all-reduce), the
- * logits gathered and the greedy token is the argmax across shards. The
- * caller still uploads whole tensors; qsp slices them. The model must
- * divide: n_heads, n_kv_heads and intermediate_size by N, and each shard's
- * columns of wo and w_down into whole quantization blocks (32 elements at
- * qsp_context_create; 256 for a K-quant wo / w_down at upload), else
- * QSP_ERR_SHAPE naming what does not divide. The result is the unsplit
- * model's: bit for bit on the CPU backend.
- * shard_mode says how the shards run: */
-#define QSP_SHARD_PARALLEL   0  /* each on its own device of `devices`, one all-reduce per wo / w_down.
-                                   CUDA: not yet (QSP_ERR_UNSUPPORTED). The CPU backend is one device:
-                                   it runs the shards one after another, as QSP_SHARD_SEQUENTIAL */
-#define QSP_SHARD_SEQUENTIAL 1  /* every shard in turn on the first device, a local sum in place of the
-                                   all-reduce: the partitioning without communication (tests). CUDA: not
-                                   yet (QSP_ERR_UNSUPPORTED) */
-
 /* ---- Context ------------------------------------------------------------- */
 typedef struct qsp_context qsp_context;
 
@@ -206,20 +184,34 @@ typedef struct qsp_context_params {
   int32_t  backend;            /* QSP_BACKEND_* */
   int32_t  device_index;       /* CUDA device ordinal */
   int32_t  n_threads;          /* CPU threads; 0 = one per core */
-  uint32_t reserved0;          /* must be 0 */
-  uint32_t reserved2;          /* must be 0 (keeps log_callback 8-byte aligned, no padding) */
+  /* Tensor parallelism (1.3; these two were reserved0 / reserved2, zero =
+   * the unsplit model on one device, as before). The model is split into
+   * n_devices shards, Megatron-style, as vLLM's tensor_parallel_size does:
+   * shard i holds query heads, KV heads (and their KV cache) and FFN
+   * features [i*X/N, (i+1)*X/N) of each count X with the rows of wq / wk /
+   * wv / w_gate / w_up and the columns of wo / w_down that go with them, and
+   * LM-head rows [i*vocab/N, (i+1)*vocab/N); the embedding and the norms are
+   * replicated. The shards' partial outputs of wo and w_down are summed (the
+   * all-reduces), the logits gathered, the greedy token is the argmax across
+   * shards. The caller still uploads whole tensors; qsp slices them. The
+   * model must divide: n_kv_heads and intermediate_size by n_devices, and
+   * each shard's columns of wo and w_down must be whole quantization blocks
+   * (32 elements, checked at qsp_context_create; 256 for a K-quant wo /
+   * w_down, checked at upload), else QSP_ERR_SHAPE naming what does not
+   * divide. The result is the unsplit model's (bit for bit on the CPU).
+   * Backends: the CPU is one device and runs the shards one after another
+   * in this process (1, 2, 4 or 8 of them; the mask is checked, not used);
+   * CUDA: not yet (QSP_ERR_UNSUPPORTED). */
+  uint32_t n_devices;          /* shards; 0 or 1: unsplit */
+  uint32_t device_mask;        /* the CUDA devices, bit i = ordinal i. n_devices bits: one shard per
+                                  device (all-reduce between them). One bit: every shard in turn on
+                                  that device, a local sum in place of the all-reduce (the
+                                  partitioning without communication: tests). 0: n_devices devices
+                                  from device_index on. Other counts: INVALID_ARGUMENT */
   qsp_log_callback log_callback; /* NULL: the process-wide sink */
   void*    log_user_data;
   int32_t  log_level;          /* most verbose level delivered, QSP_LOG_* */
   uint32_t reserved1;          /* must be 0 */
-  /* Since 1.3 (read only when struct_size covers them; an older caller's
-   * struct means one device). Tensor parallelism: see QSP_SHARD_*. */
-  uint32_t n_devices;          /* shards, one per device: 0 or 1 = the unsplit model on one device */
-  int32_t  shard_mode;         /* QSP_SHARD_*; ignored with one device */
-  const int32_t* devices;      /* n_devices distinct CUDA ordinals, read during qsp_context_create;
-                                  NULL: device_index, device_index + 1, ...; must be NULL when
-                                  n_devices is 0. Given, they replace device_index (devices[0] with
-                                  one device). Checked (>= 0, distinct) but unused on the CPU */
 } qsp_context_params;
 
 /* Fills *params with defaults (struct_size set, backend AUTO, 0 threads = all
@@ -230,10 +222,9 @@ QSP_API void qsp_context_params_init(qsp_context_params* params);
 /* Creates a context: the model shape, a KV cache of max_seq_len tokens and the
  * scratch memory of the chosen backend. On success *out owns the context; free
  * it with qsp_context_destroy. On failure *out is set to NULL (when out is not
- * NULL). struct_size may be that of an older header (1.0's: up to reserved1).
- * Errors: INVALID_ARGUMENT, STRUCT_SIZE, SHAPE (also: a split that does not
- * divide), NO_DEVICE, UNSUPPORTED (also: n_devices > 1 on CUDA, for now; on the
- * CPU a shard count other than 1, 2, 4 or 8), OUT_OF_MEMORY,
+ * NULL). Errors: INVALID_ARGUMENT, STRUCT_SIZE, SHAPE (also: a split that
+ * does not divide), NO_DEVICE, UNSUPPORTED (also: n_devices > 1 on CUDA, for
+ * now; on the CPU a shard count other than 1, 2, 4 or 8), OUT_OF_MEMORY,
  * DEVICE_OUT_OF_MEMORY, DEVICE. */
 QSP_API qsp_status qsp_context_create(const qsp_context_params* params, qsp_context** out);
 

@@ -147,19 +147,12 @@ qsp_status qsp_context_create(const qsp_context_params* params, qsp_context** ou
   if (out) *out = nullptr;
   QSP_CHECK_PTR(nullptr, out);
   QSP_CHECK_PTR(nullptr, params);
-  // An older caller's struct (1.0 ends with reserved1) is read up to its
-  // size; the fields it lacks take their defaults (one device).
-  if (!qsp::context_params_size_ok(params->struct_size))
-    return fail(nullptr, QSP_ERR_STRUCT_SIZE,
-                qsp::strprintf("qsp_context_params.struct_size is %u; expected %zu (use qsp_context_params_init) "
-                               "or %u (before 1.3)",
-                               params->struct_size, sizeof(qsp_context_params), qsp::kContextParamsMinSize));
-  if (params->reserved0 != 0 || params->reserved1 != 0 || params->reserved2 != 0)
-    return fail(nullptr, QSP_ERR_INVALID_ARGUMENT, "qsp_context_params reserved fields must be 0");
+  QSP_CHECK_SIZE(nullptr, params, qsp_context_params, sizeof(qsp_context_params));
+  if (params->reserved1 != 0)
+    return fail(nullptr, QSP_ERR_INVALID_ARGUMENT, "qsp_context_params reserved field reserved1 must be 0");
   qsp_context* ctx = nullptr;
   qsp_status st = guarded(nullptr, [&] {
-    const qsp_context_params p = qsp::read_context_params(*params);
-    ctx = reinterpret_cast<qsp_context*>(new qsp::Context(p));
+    ctx = reinterpret_cast<qsp_context*>(new qsp::Context(*params));
   });
   if (st == QSP_OK) *out = ctx;
   return st;

@@ -1,8 +1,6 @@
 #include "engine/config.h"
 
-#include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "common/error.h"
 
@@ -16,15 +14,6 @@ void ModelConfig::default_params(qsp_context_params* p) {
   p->qk_norm = d.qk_norm ? 1 : 0;
   p->backend = QSP_BACKEND_AUTO;
   p->log_level = QSP_LOG_WARN;
-}
-
-qsp_context_params read_context_params(const qsp_context_params& caller) {
-  qsp_context_params p;
-  std::memset(&p, 0, sizeof p);
-  ModelConfig::default_params(&p);
-  std::memcpy(&p, &caller, std::min<size_t>(caller.struct_size, sizeof p));
-  p.struct_size = sizeof p;
-  return p;
 }
 
 ModelConfig ModelConfig::from_params(const qsp_context_params& p) {

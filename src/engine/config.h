@@ -1,7 +1,6 @@
 // The model shape and execution settings of a context, validated once.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 
 #include "qsp/qsp.h"
@@ -32,21 +31,5 @@ struct ModelConfig {
   // the model shape stays as the caller left it (zero after init).
   static void default_params(qsp_context_params* p);
 };
-
-// The first published qsp_context_params (1.0) ends with reserved1: a caller
-// built against an older header passes that size (the struct-size rule).
-constexpr uint32_t kContextParamsMinSize = offsetof(qsp_context_params, n_devices);
-
-// A struct_size qsp_context_params may have: a published size (1.0's, or
-// this header's) or more (a newer header's: its extra fields are not read).
-// A size between two published ones would cut a field: refused.
-inline bool context_params_size_ok(uint32_t size) {
-  return size == kContextParamsMinSize || (size >= sizeof(qsp_context_params) && size <= (1u << 16));
-}
-
-// The caller's qsp_context_params read up to its struct_size (which the C
-// layer checked: context_params_size_ok); the fields it does not
-// have take qsp_context_params_init's defaults. struct_size becomes sizeof.
-qsp_context_params read_context_params(const qsp_context_params& caller);
 
 }  // namespace qsp

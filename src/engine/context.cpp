@@ -11,32 +11,28 @@ namespace qsp {
 
 namespace {
 
-// The devices of qsp_context_params (n_devices, devices, device_index),
-// checked: one per shard, distinct, >= 0.
-std::vector<int32_t> read_devices(const qsp_context_params& p) {
+// The device of each shard, from qsp_context_params' n_devices, device_mask
+// and device_index (qsp.h): a shard per device, or every shard on one.
+std::vector<int32_t> shard_devices(const qsp_context_params& p) {
   QSP_FAIL_IF(p.device_index < 0, QSP_ERR_INVALID_ARGUMENT, "device_index must be >= 0");
-  QSP_FAIL_IF(p.shard_mode != QSP_SHARD_PARALLEL && p.shard_mode != QSP_SHARD_SEQUENTIAL, QSP_ERR_INVALID_ARGUMENT,
-              "shard_mode %d is not a QSP_SHARD_* value", p.shard_mode);
   QSP_FAIL_IF(p.n_devices > Partition::kMaxShards, QSP_ERR_INVALID_ARGUMENT, "n_devices %u: at most %u",
               p.n_devices, Partition::kMaxShards);
-  QSP_FAIL_IF(p.n_devices == 0 && p.devices, QSP_ERR_INVALID_ARGUMENT,
-              "devices is set but n_devices is 0 (give their count)");
   const uint32_t n = std::max(1u, p.n_devices);
-  std::vector<int32_t> d(n);
-  for (uint32_t i = 0; i < n; ++i) {
-    if (p.devices) {
-      d[i] = p.devices[i];
-      QSP_FAIL_IF(d[i] < 0, QSP_ERR_INVALID_ARGUMENT, "devices[%u] is %d: a device ordinal is >= 0", i, d[i]);
-      for (uint32_t j = 0; j < i; ++j)
-        QSP_FAIL_IF(d[j] == d[i], QSP_ERR_INVALID_ARGUMENT, "devices[%u] and devices[%u] are both device %d", j,
-                    i, d[i]);
-    } else {
-      QSP_FAIL_IF(p.device_index > INT32_MAX - int32_t(i), QSP_ERR_INVALID_ARGUMENT,
-                  "device_index %d + %u devices passes INT32_MAX", p.device_index, n);
-      d[i] = p.device_index + int32_t(i);
-    }
+  std::vector<int32_t> d;
+  if (p.device_mask == 0) {
+    QSP_FAIL_IF(p.device_index > INT32_MAX - int32_t(n - 1), QSP_ERR_INVALID_ARGUMENT,
+                "device_index %d + n_devices %u passes INT32_MAX", p.device_index, n);
+    for (uint32_t i = 0; i < n; ++i) d.push_back(p.device_index + int32_t(i));
+    return d;
   }
-  return d;
+  for (int32_t i = 0; i < 32; ++i)
+    if (p.device_mask >> i & 1u) d.push_back(i);
+  if (d.size() == n) return d;  // a shard per device
+  QSP_FAIL_IF(d.size() != 1, QSP_ERR_INVALID_ARGUMENT,
+              "device_mask 0x%x names %zu devices for n_devices = %u shards: set n_devices bits (a shard per "
+              "device), one (every shard on that device) or none (devices from device_index on)",
+              p.device_mask, d.size(), n);
+  return std::vector<int32_t>(n, d[0]);  // every shard on one device
 }
 
 }  // namespace
@@ -46,7 +42,7 @@ Context::Context(const qsp_context_params& p) : cfg_(ModelConfig::from_params(p)
   log_.user_data = p.log_user_data;
   log_.max_level = p.log_level;
   QSP_FAIL_IF(p.n_threads < 0, QSP_ERR_INVALID_ARGUMENT, "n_threads must be >= 0 (0 = all cores)");
-  devices_ = read_devices(p);
+  devices_ = shard_devices(p);
   // Whether the model splits is the model's business, whatever the backend.
   part_ = Partition(cfg_, uint32_t(devices_.size()));
   switch (p.backend) {
@@ -79,8 +75,8 @@ Context::Context(const qsp_context_params& p) : cfg_(ModelConfig::from_params(p)
 }
 
 std::unique_ptr<Backend> Context::make_cuda() const {
-  // Issue 19's next step: one CUDA backend per device and NCCL all-reduces
-  // (QSP_SHARD_PARALLEL), or every shard on one GPU (QSP_SHARD_SEQUENTIAL).
+  // Issue 19's next step: the shards on their devices with NCCL all-reduces,
+  // or every shard in turn on one GPU (a one-bit device_mask).
   QSP_FAIL_IF(part_.size() > 1, QSP_ERR_UNSUPPORTED,
               "tensor parallelism on the CUDA backend: not yet (n_devices = %u; the CPU backend runs the shards)",
               part_.size());

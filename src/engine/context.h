@@ -66,7 +66,7 @@ class Context {
   std::unique_ptr<Backend> make_cuda() const;
 
   ModelConfig cfg_;
-  std::vector<int32_t> devices_;  // one per shard (qsp_context_params.devices / device_index + i)
+  std::vector<int32_t> devices_;  // the device of each shard (n_devices, device_mask, device_index)
   Partition part_;
   LogSink log_;
   std::unique_ptr<Backend> backend_;

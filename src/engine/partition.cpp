@@ -8,15 +8,13 @@ namespace qsp {
 Partition::Partition(const ModelConfig& cfg, uint32_t n) : cfg_(cfg), n_(n) {
   QSP_FAIL_IF(n == 0 || n > kMaxShards, QSP_ERR_INVALID_ARGUMENT, "%u shards: 1 to %u", n, kMaxShards);
   if (n == 1) return;
-  // Whole heads and KV heads per shard (a shard's query heads then read
-  // only its own KV heads: n_heads / n is a multiple of the group size).
+  // Whole KV heads per shard, hence whole heads (n_heads is a multiple of
+  // n_kv_heads): a shard's query heads read only its own KV heads.
   QSP_FAIL_IF(cfg.n_kv_heads % n != 0, QSP_ERR_SHAPE,
-              "n_kv_heads %u does not divide over n_devices = %u shards: each shard holds whole KV heads", cfg.n_kv_heads,
-              n);
-  QSP_FAIL_IF(cfg.n_heads % n != 0, QSP_ERR_SHAPE,
-              "n_heads %u does not divide over n_devices = %u shards: each shard holds whole heads", cfg.n_heads, n);
-  QSP_FAIL_IF(cfg.ffn % n != 0, QSP_ERR_SHAPE, "intermediate_size %u does not divide over n_devices = %u shards", cfg.ffn,
-              n);
+              "n_kv_heads %u does not divide over n_devices = %u shards: each shard holds whole KV heads",
+              cfg.n_kv_heads, n);
+  QSP_FAIL_IF(cfg.ffn % n != 0, QSP_ERR_SHAPE, "intermediate_size %u does not divide over n_devices = %u shards",
+              cfg.ffn, n);
   // The column splits (wo, w_down) must fall on quantization-block boundaries.
   const uint64_t q_cols = uint64_t(cfg.q_dim()) / n, f_cols = cfg.ffn / n;
   QSP_FAIL_IF(q_cols % kColBlock != 0, QSP_ERR_SHAPE,
@@ -63,7 +61,8 @@ void Partition::check_tensor(const SlotDesc& slot, int32_t dtype, const char* wh
   if (!f) return;  // the caller refuses unknown dtypes
   const uint64_t per = cols(slot, 0).size();
   QSP_FAIL_IF(per % f->block_elems != 0, QSP_ERR_SHAPE,
-              "%s: %s needs whole %u-element blocks per shard; its %llu columns over n_devices = %u shards give %llu",
+              "%s: %s needs whole %u-element blocks per shard; its %llu columns over n_devices = %u shards "
+              "give %llu",
               where, f->name, f->block_elems, (unsigned long long)dim_value(cfg_, slot.cols), n_,
               (unsigned long long)per);
 }

@@ -30,8 +30,8 @@ struct Range {
 
 class Partition {
  public:
-  // The most shards a context may have.
-  static constexpr uint32_t kMaxShards = 64;
+  // The most shards a context may have (qsp_context_params.device_mask's bits).
+  static constexpr uint32_t kMaxShards = 32;
   // Every shard's columns of wo and w_down are whole blocks of this many
   // elements (every quantized format's block is a multiple of it); checked
   // when the partition is made. A format with a larger block (the K-quants'

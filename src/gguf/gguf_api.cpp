@@ -19,7 +19,6 @@
 #include <utility>
 
 #include "common/error.h"
-#include "engine/config.h"
 #include "engine/slots.h"
 #include "gguf/gguf_api_internal.h"
 #include "gguf/gguf_format.h"
@@ -71,13 +70,9 @@ qsp_status guarded(F&& f) {
     if ((p) == nullptr) return set_error(QSP_ERR_INVALID_ARGUMENT, #p " is NULL"); \
   } while (0)
 
-#define GGUF_CHECK_SIZE(p, type) GGUF_CHECK_SIZE_IF(p, type, (p)->struct_size >= sizeof(type))
-// qsp_context_params: also 1.0's size (qsp::context_params_size_ok).
-#define GGUF_CHECK_PARAMS_SIZE(p) \
-  GGUF_CHECK_SIZE_IF(p, qsp_context_params, qsp::context_params_size_ok((p)->struct_size))
-#define GGUF_CHECK_SIZE_IF(p, type, ok)                                                                       \
+#define GGUF_CHECK_SIZE(p, type)                                                                              \
   do {                                                                                                        \
-    if (!(ok) || (p)->struct_size > (1u << 16)) {                                                            \
+    if ((p)->struct_size < sizeof(type) || (p)->struct_size > (1u << 16)) {                                   \
       char m_[160];                                                                                           \
       std::snprintf(m_, sizeof m_, #type ".struct_size is %u; expected %zu (use " #type "_init)",             \
                     (p)->struct_size, sizeof(type));                                                          \
@@ -304,7 +299,7 @@ const char* qsp_gguf_type_name(int32_t type) {
 qsp_status qsp_gguf_fill_params(const qsp_gguf* g, qsp_context_params* params) {
   GGUF_CHECK_PTR(g);
   GGUF_CHECK_PTR(params);
-  GGUF_CHECK_PARAMS_SIZE(params);  // writes 1.0's fields only
+  GGUF_CHECK_SIZE(params, qsp_context_params);
   return guarded([&] {
     const qsp::gguf::Model m = qsp::gguf::resolve_model(*g->file);
     const qsp::gguf::Hyper& h = m.h;
@@ -394,8 +389,9 @@ qsp_status qsp_context_create_from_gguf(const char* path, const qsp_context_para
   qsp_context_params p;
   qsp_context_params_init(&p);
   if (exec) {
-    GGUF_CHECK_PARAMS_SIZE(exec);
-    p = qsp::read_context_params(*exec);  // an older caller's struct up to its size
+    GGUF_CHECK_SIZE(exec, qsp_context_params);
+    std::memcpy(&p, exec, sizeof p);
+    p.struct_size = sizeof p;
   }
   qsp_gguf* g = nullptr;
   qsp_status st = qsp_gguf_open(path, &g);

@@ -95,7 +95,8 @@ TEST_CASE("api: init functions set defaults and are NULL-safe; destroy(NULL) is 
   REQUIRE(p.log_level == QSP_LOG_WARN);
   REQUIRE(p.log_callback == nullptr);
   REQUIRE(p.log_user_data == nullptr);
-  REQUIRE(p.reserved0 == 0);
+  REQUIRE(p.n_devices == 0);    // the unsplit model (1.3; reserved0 before)
+  REQUIRE(p.device_mask == 0);  // (1.3; reserved2 before)
   REQUIRE(p.reserved1 == 0);
   REQUIRE(p.device_index == 0);
   REQUIRE((p.n_layers | p.hidden_size | p.intermediate_size | p.n_heads | p.n_kv_heads | p.head_dim |
@@ -276,7 +277,6 @@ TEST_CASE("api: inconsistent model parameters at create", "[api]") {
       {"rope_style -1", [](qsp_context_params& p) { p.rope_style = -1; }, QSP_ERR_INVALID_ARGUMENT, "rope_style"},
       {"backend 3", [](qsp_context_params& p) { p.backend = 3; }, QSP_ERR_INVALID_ARGUMENT, "backend"},
       {"backend -1", [](qsp_context_params& p) { p.backend = -1; }, QSP_ERR_INVALID_ARGUMENT, "backend"},
-      {"reserved0", [](qsp_context_params& p) { p.reserved0 = 1; }, QSP_ERR_INVALID_ARGUMENT, "reserved"},
       {"reserved1", [](qsp_context_params& p) { p.reserved1 = 0x80000000u; }, QSP_ERR_INVALID_ARGUMENT, "reserved"},
       {"qk_norm 2", [](qsp_context_params& p) { p.qk_norm = 2; }, QSP_ERR_INVALID_ARGUMENT, "qk_norm"},
       {"n_threads -1", [](qsp_context_params& p) { p.n_threads = -1; }, QSP_ERR_INVALID_ARGUMENT, "n_threads"},
