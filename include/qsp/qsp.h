@@ -296,8 +296,9 @@ QSP_API void qsp_layer_weights_init(qsp_layer_weights* w);
  * each tensor whose handle the device cache does not hold yet. All or nothing:
  * on failure the layer keeps what it had before the call. A layer may be
  * uploaded again (e.g. to swap weights); the KV cache is left as it is.
- * Errors: INVALID_ARGUMENT, STRUCT_SIZE, OUT_OF_RANGE (layer), SHAPE, DTYPE,
- * HANDLE_CONFLICT, OUT_OF_MEMORY, DEVICE_OUT_OF_MEMORY, DEVICE. */
+ * Errors: INVALID_ARGUMENT, STRUCT_SIZE, OUT_OF_RANGE (layer), SHAPE (also: a
+ * K-quant wo / w_down without whole super-blocks per shard, n_devices > 1),
+ * DTYPE, HANDLE_CONFLICT, OUT_OF_MEMORY, DEVICE_OUT_OF_MEMORY, DEVICE. */
 QSP_API qsp_status qsp_upload_layer(qsp_context* ctx, uint32_t layer, const qsp_layer_weights* w);
 
 /* Registers the token-embedding table (vocab_size x hidden_size; any dtype).
