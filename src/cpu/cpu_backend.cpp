@@ -55,14 +55,9 @@ class CpuBackend final : public Backend {
   CpuBackend(const ModelConfig& cfg, const Partition& part, int32_t n_threads)
       : cfg_(cfg),
         part_(part),
+        levels_(shard_levels(part.size())),
         pool_(n_threads > 0 ? n_threads : int(std::max(1u, std::thread::hardware_concurrency()))) {
     const uint32_t n = part.size();
-    QSP_FAIL_IF(n > uint32_t(cpu::kStripes) || (n & (n - 1)) != 0, QSP_ERR_UNSUPPORTED,
-                "the CPU backend runs 1, 2, 4 or 8 shards (n_devices = %u): its exact sums cut a row into %d "
-                "stripes added pairwise, and a shard holds a whole subtree of them",
-                n, cpu::kStripes);
-    levels_ = cpu::kStripeLevels;
-    for (uint32_t k = n; k > 1; k /= 2) --levels_;
     chunk_ = std::min(kCpuChunk, cfg.max_seq);
     const uint64_t c = chunk_;
     // Every shard holds as many heads / KV heads / features as the others.
@@ -167,6 +162,18 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // matmul's levels for a shard's columns of wo / w_down: kStripeLevels -
+  // log2(n). Throws QSP_ERR_UNSUPPORTED unless n is 1, 2, 4 or 8.
+  static int shard_levels(uint32_t n) {
+    QSP_FAIL_IF(n > uint32_t(cpu::kStripes) || (n & (n - 1)) != 0, QSP_ERR_UNSUPPORTED,
+                "the CPU backend runs 1, 2, 4 or 8 shards (n_devices = %u): its exact sums cut a row into %d "
+                "stripes added pairwise, and a shard holds a whole subtree of them",
+                n, cpu::kStripes);
+    int levels = cpu::kStripeLevels;
+    for (uint32_t k = n; k > 1; k /= 2) --levels;
+    return levels;
+  }
+
   struct ShardKV {
     std::vector<float> k, v;  // [layer][the shard's kv_head][max_seq][head_dim]
   };
@@ -219,9 +226,9 @@ class CpuBackend final : public Backend {
 
   ModelConfig cfg_;
   Partition part_;
+  int levels_;  // matmul's levels for a shard's columns of wo / w_down (checked before the pool starts)
   ThreadPool pool_;
   uint32_t chunk_ = 0;
-  int levels_ = cpu::kStripeLevels;  // matmul's levels for a shard's columns of wo / w_down
   std::vector<ShardKV> kv_;          // per shard: its KV heads
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, logits_;
   std::vector<std::vector<float>> partial_;  // per shard: its wo / w_down output [chunk][hidden]
