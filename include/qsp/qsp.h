@@ -64,11 +64,11 @@ extern "C" {
 
 /* ---- Version ------------------------------------------------------------- */
 #define QSP_VERSION_MAJOR 1
-#define QSP_VERSION_MINOR 2
+#define QSP_VERSION_MINOR 3
 #define QSP_VERSION_PATCH 0
 #define QSP_VERSION_NUMBER \
   (QSP_VERSION_MAJOR * 10000 + QSP_VERSION_MINOR * 100 + QSP_VERSION_PATCH)
-#define QSP_VERSION_STRING "1.2.0"
+#define QSP_VERSION_STRING "1.3.0"
 /* The ABI major version: the SONAME is libqsp.so.QSP_ABI_VERSION. Bindings
  * compare it with qsp_abi_version() at load time. */
 #define QSP_ABI_VERSION 1
