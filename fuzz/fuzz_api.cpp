@@ -89,6 +89,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           case 3: p.backend = int32_t(r.u8() % 5); break;
           case 4: p.rope_style = int32_t(r.u8() % 3); break;
           case 5: p.max_seq_len = r.u8() % 64; break;
+          case 6:  // tensor parallelism: shards that may or may not divide the model
+            p.n_devices = r.u8() % 10;
+            p.device_mask = r.u8() % 2 ? 0 : r.u32();
+            break;
           default: break;
         }
         // A changed shape makes the valid weights invalid; keep the shape for the

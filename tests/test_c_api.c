@@ -117,7 +117,7 @@ static void test_init_functions(void) {
   EXPECT(p.qk_norm == 1);
   EXPECT(p.log_level == QSP_LOG_WARN);
   EXPECT(p.log_callback == NULL);
-  EXPECT(p.reserved0 == 0 && p.reserved1 == 0);
+  EXPECT(p.n_devices == 0 && p.device_mask == 0 && p.reserved1 == 0);
   EXPECT(p.n_layers == 0 && p.hidden_size == 0 && p.vocab_size == 0);
   qsp_context_info_init(&info);
   EXPECT(info.struct_size == sizeof info);
@@ -483,6 +483,37 @@ static void test_tiny_v1(const char* path) {
   }
 }
 
+/* Tensor parallelism (1.3): the model split in two, the shards run in turn
+ * on the CPU, gives the unsplit logits bit for bit; 3 shards do not divide
+ * the 2 KV heads. */
+static void test_shards(const model* m) {
+  qsp_context *whole = NULL, *split = NULL, *out = NULL;
+  qsp_context_params p;
+  float a[VOCAB], b[VOCAB];
+  int32_t ta = -1, tb = -2;
+  model_params(&p);
+  EXPECT_OK(qsp_context_create(&p, &whole));
+  p.n_devices = 2;
+  EXPECT_OK(qsp_context_create(&p, &split));
+  if (whole && split) {
+    EXPECT_OK(upload_model(whole, m));
+    EXPECT_OK(upload_model(split, m));
+    EXPECT_OK(qsp_prefill(whole, kPrompt, 12));
+    EXPECT_OK(qsp_prefill(split, kPrompt, 5));
+    EXPECT_OK(qsp_prefill(split, kPrompt + 5, 7));
+    EXPECT(copy_logits(whole, a) && copy_logits(split, b));
+    EXPECT(memcmp(a, b, sizeof a) == 0);
+    EXPECT_OK(qsp_greedy_token(whole, &ta));
+    EXPECT_OK(qsp_greedy_token(split, &tb));
+    EXPECT(ta == tb);
+  }
+  qsp_context_destroy(whole);
+  qsp_context_destroy(split);
+  p.n_devices = 3;
+  EXPECT_ERR(NULL, QSP_ERR_SHAPE, "n_kv_heads", qsp_context_create(&p, &out));
+  EXPECT(out == NULL);
+}
+
 int main(int argc, char** argv) {
   model m;
   memset(&m, 0, sizeof m);
@@ -505,6 +536,7 @@ int main(int argc, char** argv) {
   test_errors(&m);
   test_info_and_logging(&m);
   test_batch(&m);
+  test_shards(&m);
   test_tiny_v1(argc > 1 ? argv[1] : NULL);
   free_model(&m);
   if (g_failures) {

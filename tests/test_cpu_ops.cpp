@@ -4,7 +4,9 @@
 // scale, at odd sizes and the real Qwen3 head shapes. The CPU ops accumulate
 // in fp32, so the tolerances are fp32's: rel L2 <= 1e-5 (a K = 4096 dot
 // product in fp32 with 8 partial sums errs ~1e-6), exact for data movement
-// (embed, kv_write) and argmax.
+// (embed, kv_write) and argmax. matmul's sum order is partition-invariant:
+// a column split into 2, 4 or 8 shards, summed pairwise, is bit for bit the
+// whole.
 #include <catch2/catch.hpp>
 
 #include <limits>
@@ -12,6 +14,7 @@
 
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
+#include "support/api.h"
 #include "support/model.h"
 #include "support/ref.h"
 #include "support/rng.h"
@@ -59,6 +62,52 @@ TEST_CASE("cpu ops: matmul of every dtype against float64", "[cpu_ops]") {
     INFO("rel L2 " << err.value());
     CHECK(err.value() <= 1e-5);
     CHECK(gap_ok);
+  }
+}
+
+TEST_CASE("cpu ops: matmul of a column split into 2, 4, 8 shards, tree-summed, equals the whole bit for bit",
+          "[cpu_ops][shard]") {
+  struct Case {
+    int32_t dtype;
+    int64_t N, K, M;
+  };
+  // K / 8 whole blocks (32; 256 for Q4_K); F32 K = 8 * 13 (stripes of odd length).
+  const Case cases[] = {{QSP_DTYPE_Q4_0, 24, 256, 3},   {QSP_DTYPE_Q8_0, 17, 1024, 5}, {QSP_DTYPE_Q4_K, 9, 2048, 2},
+                        {QSP_DTYPE_Q6_K, 8, 2048, 1},   {QSP_DTYPE_F32, 11, 104, 4},   {QSP_DTYPE_F16, 5, 768, 7}};
+  Rng rng(21);
+  for (const Case& c : cases) {
+    const std::vector<float> src = randn(size_t(c.N * c.K), 0.03f, rng);
+    const std::vector<uint8_t> bytes = quantize_rows(c.dtype, src.data(), uint64_t(c.N), uint64_t(c.K));
+    const std::vector<float> x = randn(size_t(c.M * c.K), 1.0f, rng);
+    const cpu::Matrix W{c.dtype, uint64_t(c.N), uint64_t(c.K), bytes.data()};
+    std::vector<float> whole(size_t(c.M * c.N));
+    cpu::matmul(W, x.data(), c.M, whole.data(), c.N, pool());
+    for (int levels = 1; levels <= cpu::kStripeLevels; ++levels) {
+      const int n = 1 << levels;
+      const int64_t kc = c.K / n;
+      INFO(qsp_dtype_name(c.dtype) << " " << c.N << "x" << c.K << ", M " << c.M << ", " << n << " shards");
+      std::vector<std::vector<float>> part(n, std::vector<float>(whole.size()));
+      std::vector<const float*> ptr;
+      for (int s = 0; s < n; ++s) {
+        std::vector<float> xs(size_t(c.M * kc));  // the shard's columns of x
+        for (int64_t m = 0; m < c.M; ++m)
+          std::copy_n(x.begin() + m * c.K + s * kc, kc, xs.begin() + m * kc);
+        cpu::matmul(W.cols_view(uint64_t(s * kc), uint64_t((s + 1) * kc)), xs.data(), c.M, part[s].data(), c.N,
+                    pool(), cpu::kStripeLevels - levels);
+        ptr.push_back(part[s].data());
+      }
+      std::vector<float> sum(whole.size());
+      cpu::tree_sum(ptr.data(), n, sum.data(), int64_t(sum.size()), pool());
+      CHECK(bit_equal(sum, whole));
+      // In place, as the CPU backend sums (into the first part).
+      cpu::tree_sum(ptr.data(), n, part[0].data(), int64_t(sum.size()), pool());
+      CHECK(bit_equal(part[0], whole));
+    }
+    // Row views: the rows alone give the same values.
+    std::vector<float> rows(size_t(c.M * c.N), 0.0f);
+    cpu::matmul(W.rows_view(2, uint64_t(c.N)), x.data(), c.M, rows.data() + 2, c.N, pool());
+    for (int64_t m = 0; m < c.M; ++m)
+      for (int64_t r = 2; r < c.N; ++r) CHECK(rows[m * c.N + r] == whole[m * c.N + r]);
   }
 }
 

@@ -276,7 +276,7 @@ TEST_CASE("formats 1.1: dequantization matches the block definition on random bl
   }
 }
 
-TEST_CASE("formats 1.1: any bytes dequantize without a fault; finite scales give finite values", "[formats]") {
+TEST_CASE("formats 1.1: any bytes dequantize without a fault, finite scales give finite values", "[formats]") {
   for (int32_t t : kNewTypes) {
     const qsp::fmt::Format& f = format_of(t);
     INFO(f.name);

@@ -423,7 +423,7 @@ TEST_CASE("forward: kv_clear then prefill reproduces the first run", "[forward]"
 
 // ---- The weight cache ---------------------------------------------------------
 
-TEST_CASE("forward: a second context uploads nothing; destroying all contexts frees the weights", "[forward][cache]") {
+TEST_CASE("forward: a second context uploads nothing, destroying all contexts frees the weights", "[forward][cache]") {
   ModelSpec s = spec(21);
   TestModel m = make(s);
   const uint64_t n_per_model = uint64_t(s.n_layers) * 11 + 3;

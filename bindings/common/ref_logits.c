@@ -39,8 +39,8 @@ static int write_layout(const char* path) {
   OF(qsp_context_params, backend);
   OF(qsp_context_params, device_index);
   OF(qsp_context_params, n_threads);
-  OF(qsp_context_params, reserved0);
-  OF(qsp_context_params, reserved2);
+  OF(qsp_context_params, n_devices);
+  OF(qsp_context_params, device_mask);
   OF(qsp_context_params, log_callback);
   OF(qsp_context_params, log_user_data);
   OF(qsp_context_params, log_level);

@@ -32,8 +32,8 @@ namespace Qsp
             public int backend;
             public int device_index;
             public int n_threads;
-            public uint reserved0;
-            public uint reserved2;
+            public uint n_devices;      // 1.3 (reserved0 before)
+            public uint device_mask;    // 1.3 (reserved2 before)
             public IntPtr log_callback;   // qsp_log_callback; not exposed (IntPtr.Zero)
             public IntPtr log_user_data;
             public int log_level;

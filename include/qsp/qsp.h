@@ -64,11 +64,11 @@ extern "C" {
 
 /* ---- Version ------------------------------------------------------------- */
 #define QSP_VERSION_MAJOR 1
-#define QSP_VERSION_MINOR 2
+#define QSP_VERSION_MINOR 3
 #define QSP_VERSION_PATCH 0
 #define QSP_VERSION_NUMBER \
   (QSP_VERSION_MAJOR * 10000 + QSP_VERSION_MINOR * 100 + QSP_VERSION_PATCH)
-#define QSP_VERSION_STRING "1.2.0"
+#define QSP_VERSION_STRING "1.3.0"
 /* The ABI major version: the SONAME is libqsp.so.QSP_ABI_VERSION. Bindings
  * compare it with qsp_abi_version() at load time. */
 #define QSP_ABI_VERSION 1
@@ -184,8 +184,30 @@ typedef struct qsp_context_params {
   int32_t  backend;            /* QSP_BACKEND_* */
   int32_t  device_index;       /* CUDA device ordinal */
   int32_t  n_threads;          /* CPU threads; 0 = one per core */
-  uint32_t reserved0;          /* must be 0 */
-  uint32_t reserved2;          /* must be 0 (keeps log_callback 8-byte aligned, no padding) */
+  /* Tensor parallelism (1.3; these two were reserved0 / reserved2, zero =
+   * the unsplit model on one device, as before). The model is split into
+   * n_devices shards, Megatron-style, as vLLM's tensor_parallel_size does:
+   * shard i holds query heads, KV heads (and their KV cache) and FFN
+   * features [i*X/N, (i+1)*X/N) of each count X with the rows of wq / wk /
+   * wv / w_gate / w_up and the columns of wo / w_down that go with them, and
+   * LM-head rows [i*vocab/N, (i+1)*vocab/N); the embedding and the norms are
+   * replicated. The shards' partial outputs of wo and w_down are summed (the
+   * all-reduces), the logits gathered, the greedy token is the argmax across
+   * shards. The caller still uploads whole tensors; qsp slices them. The
+   * model must divide: n_kv_heads and intermediate_size by n_devices, and
+   * each shard's columns of wo and w_down must be whole quantization blocks
+   * (32 elements, checked at qsp_context_create; 256 for a K-quant wo /
+   * w_down, checked at upload), else QSP_ERR_SHAPE naming what does not
+   * divide. The result is the unsplit model's (bit for bit on the CPU).
+   * Backends: the CPU is one device and runs the shards one after another
+   * in this process (1, 2, 4 or 8 of them; the mask is checked, not used);
+   * CUDA: not yet (QSP_ERR_UNSUPPORTED). */
+  uint32_t n_devices;          /* shards; 0 or 1: unsplit */
+  uint32_t device_mask;        /* the CUDA devices, bit i = ordinal i. n_devices bits: one shard per
+                                  device (all-reduce between them). One bit: every shard in turn on
+                                  that device, a local sum in place of the all-reduce (the
+                                  partitioning without communication: tests). 0: n_devices devices
+                                  from device_index on. Other counts: INVALID_ARGUMENT */
   qsp_log_callback log_callback; /* NULL: the process-wide sink */
   void*    log_user_data;
   int32_t  log_level;          /* most verbose level delivered, QSP_LOG_* */
@@ -193,15 +215,17 @@ typedef struct qsp_context_params {
 } qsp_context_params;
 
 /* Fills *params with defaults (struct_size set, backend AUTO, 0 threads = all
- * cores, rms_eps 1e-6, rope_theta 1e6, NEOX, qk_norm 1, log level WARN) and
- * a zero model shape that the caller must fill in. NULL-safe (no-op). */
+ * cores, rms_eps 1e-6, rope_theta 1e6, NEOX, qk_norm 1, log level WARN, one
+ * device) and a zero model shape that the caller must fill in. NULL-safe (no-op). */
 QSP_API void qsp_context_params_init(qsp_context_params* params);
 
 /* Creates a context: the model shape, a KV cache of max_seq_len tokens and the
  * scratch memory of the chosen backend. On success *out owns the context; free
  * it with qsp_context_destroy. On failure *out is set to NULL (when out is not
- * NULL). Errors: INVALID_ARGUMENT, STRUCT_SIZE, SHAPE, NO_DEVICE, UNSUPPORTED,
- * OUT_OF_MEMORY, DEVICE_OUT_OF_MEMORY, DEVICE. */
+ * NULL). Errors: INVALID_ARGUMENT, STRUCT_SIZE, SHAPE (also: a split that
+ * does not divide), NO_DEVICE, UNSUPPORTED (also: n_devices > 1 on CUDA, for
+ * now; on the CPU a shard count other than 1, 2, 4 or 8), OUT_OF_MEMORY,
+ * DEVICE_OUT_OF_MEMORY, DEVICE. */
 QSP_API qsp_status qsp_context_create(const qsp_context_params* params, qsp_context** out);
 
 /* Frees the context, its KV cache and its references to cached weights (a
@@ -272,8 +296,9 @@ QSP_API void qsp_layer_weights_init(qsp_layer_weights* w);
  * each tensor whose handle the device cache does not hold yet. All or nothing:
  * on failure the layer keeps what it had before the call. A layer may be
  * uploaded again (e.g. to swap weights); the KV cache is left as it is.
- * Errors: INVALID_ARGUMENT, STRUCT_SIZE, OUT_OF_RANGE (layer), SHAPE, DTYPE,
- * HANDLE_CONFLICT, OUT_OF_MEMORY, DEVICE_OUT_OF_MEMORY, DEVICE. */
+ * Errors: INVALID_ARGUMENT, STRUCT_SIZE, OUT_OF_RANGE (layer), SHAPE (also: a
+ * K-quant wo / w_down without whole super-blocks per shard, n_devices > 1),
+ * DTYPE, HANDLE_CONFLICT, OUT_OF_MEMORY, DEVICE_OUT_OF_MEMORY, DEVICE. */
 QSP_API qsp_status qsp_upload_layer(qsp_context* ctx, uint32_t layer, const qsp_layer_weights* w);
 
 /* Registers the token-embedding table (vocab_size x hidden_size; any dtype).

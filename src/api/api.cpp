@@ -148,8 +148,8 @@ qsp_status qsp_context_create(const qsp_context_params* params, qsp_context** ou
   QSP_CHECK_PTR(nullptr, out);
   QSP_CHECK_PTR(nullptr, params);
   QSP_CHECK_SIZE(nullptr, params, qsp_context_params, sizeof(qsp_context_params));
-  if (params->reserved0 != 0 || params->reserved1 != 0 || params->reserved2 != 0)
-    return fail(nullptr, QSP_ERR_INVALID_ARGUMENT, "qsp_context_params reserved fields must be 0");
+  if (params->reserved1 != 0)
+    return fail(nullptr, QSP_ERR_INVALID_ARGUMENT, "qsp_context_params reserved field reserved1 must be 0");
   qsp_context* ctx = nullptr;
   qsp_status st = guarded(nullptr, [&] {
     ctx = reinterpret_cast<qsp_context*>(new qsp::Context(*params));

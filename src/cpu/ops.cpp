@@ -24,6 +24,32 @@ static inline float dot(const float* a, const float* b, int64_t K) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
 }
 
+// The sum of a matmul row, in the order ops.h documents (kStripeLevels):
+// split at K / 2 (rounded down, so every K has one order), the lower half
+// first, `levels` times; the stripes at the leaves in dot()'s lanes. When 2^j
+// shards split K evenly, the top j levels cut K exactly at the shard
+// boundaries, so a shard's tree_dot(levels - j) is that subtree.
+static float tree_dot(const float* a, const float* b, int64_t K, int levels) {
+  if (levels == 0) return dot(a, b, K);
+  const int64_t h = K / 2;
+  return tree_dot(a, b, h, levels - 1) + tree_dot(a + h, b + h, K - h, levels - 1);
+}
+
+static float tree_sum_at(const float* const* parts, int n, int64_t i) {
+  if (n == 1) return parts[0][i];
+  return tree_sum_at(parts, n / 2, i) + tree_sum_at(parts + n / 2, n - n / 2, i);
+}
+
+uint64_t Matrix::stride() const { return row_bytes ? row_bytes : fmt::find(dtype)->row_bytes(cols); }
+
+Matrix Matrix::rows_view(uint64_t r0, uint64_t r1) const {
+  return {dtype, r1 - r0, cols, data + r0 * stride(), stride()};
+}
+
+Matrix Matrix::cols_view(uint64_t c0, uint64_t c1) const {
+  return {dtype, rows, c1 - c0, data + fmt::find(dtype)->row_bytes(c0), stride()};
+}
+
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps, ThreadPool& pool) {
   pool.parallel_for(n, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
@@ -36,10 +62,10 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t n, int64_t dim, f
   });
 }
 
-void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, ThreadPool& pool) {
+void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, ThreadPool& pool, int levels) {
   const int64_t K = int64_t(W.cols);
   const fmt::Format& f = *fmt::find(W.dtype);
-  const uint64_t row_bytes = f.row_bytes(W.cols);
+  const uint64_t row_bytes = W.stride();
   constexpr int64_t kRows = 4;  // weight rows dequantized together: each x row is read once per 4
   const int64_t n_blocks = (int64_t(W.rows) + kRows - 1) / kRows;
   pool.parallel_for(n_blocks, [&](int64_t b, int64_t e) {
@@ -50,15 +76,21 @@ void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, T
         f.dequantize(W.data + (r0 + i) * row_bytes, wrows.data() + i * K, K);
       for (int64_t t = 0; t < n; ++t) {
         const float* xr = x + t * K;
-        for (int64_t i = 0; i < nr; ++i) y[t * ldy + r0 + i] = dot(wrows.data() + i * K, xr, K);
+        for (int64_t i = 0; i < nr; ++i) y[t * ldy + r0 + i] = tree_dot(wrows.data() + i * K, xr, K, levels);
       }
     }
   });
 }
 
+void tree_sum(const float* const* parts, int n_parts, float* out, int64_t count, ThreadPool& pool) {
+  pool.parallel_for(count, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) out[i] = tree_sum_at(parts, n_parts, i);
+  });
+}
+
 void embed(const Matrix& table, const int32_t* tokens, int64_t n, float* out, ThreadPool& pool) {
   const fmt::Format& f = *fmt::find(table.dtype);
-  const uint64_t row_bytes = f.row_bytes(table.cols);
+  const uint64_t row_bytes = table.stride();
   pool.parallel_for(n, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t)
       f.dequantize(table.data + uint64_t(tokens[t]) * row_bytes, out + t * table.cols, table.cols);

@@ -10,18 +10,43 @@
 namespace qsp {
 namespace cpu {
 
-// A weight matrix in its original bytes (rows x cols, dtype as given).
+// A weight matrix in its original bytes (rows x cols, dtype as given), or a
+// view of some of its rows and columns: row r starts at data + r * row_bytes.
 struct Matrix {
   int32_t dtype;
   uint64_t rows, cols;
   const uint8_t* data;
+  uint64_t row_bytes = 0;  // bytes from one row to the next; 0: packed rows of `cols`
+
+  uint64_t stride() const;  // row_bytes, or the packed row size
+  // Rows [r0, r1) / columns [c0, c1) (c0 a multiple of the dtype's block).
+  Matrix rows_view(uint64_t r0, uint64_t r1) const;
+  Matrix cols_view(uint64_t c0, uint64_t c1) const;
 };
+
+// The order in which matmul sums a row's products (kStripes, tree_dot in
+// ops.cpp): K is halved kStripeLevels times (8 stripes; the lower half
+// first), each stripe summed in 8 interleaved lanes, the halves added
+// pairwise back up the tree. A caller holding a contiguous 1/2^j of the
+// columns (a tensor-parallel shard of wo / w_down) passes levels
+// kStripeLevels - j and gets that subtree's value exactly: adding the 2^j
+// shards' partial sums pairwise in the same tree (tree_sum) gives the
+// unsplit matmul bit for bit.
+constexpr int kStripeLevels = 3;
+constexpr int kStripes = 1 << kStripeLevels;
 
 // y[t] = x[t] * w / rms(x[t]) for n tokens of dim features.
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps, ThreadPool& pool);
 
-// y[t][r] = sum_c W[r][c] x[t][c]; y has row stride ldy (>= W.rows).
-void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, ThreadPool& pool);
+// y[t][r] = sum_c W[r][c] x[t][c]; x has row stride W.cols, y row stride ldy
+// (>= W.rows). Each sum in the stripe order above, with `levels` halvings.
+void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, ThreadPool& pool,
+            int levels = kStripeLevels);
+
+// out[i] = the pairwise tree sum of parts[0..n_parts)[i] (n_parts a power of
+// two): ((p0 + p1) + (p2 + p3)) + ... , the order tree_dot adds its halves in.
+// n_parts == 1 copies (out may be parts[0]).
+void tree_sum(const float* const* parts, int n_parts, float* out, int64_t count, ThreadPool& pool);
 
 // out[t] = dequantized row tokens[t] of the table.
 void embed(const Matrix& table, const int32_t* tokens, int64_t n, float* out, ThreadPool& pool);

@@ -106,8 +106,11 @@ class Backend {
   virtual int32_t greedy_token() = 0;
 };
 
-// Creates the CPU backend (src/cpu).
-std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& cfg, int32_t n_threads);
+class Partition;
+// Creates the CPU backend (src/cpu), running the shards of `part` in turn
+// (one shard: the unsplit model). Throws QSP_ERR_UNSUPPORTED for a shard
+// count it cannot sum exactly (other than 1, 2, 4, 8).
+std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& cfg, const Partition& part, int32_t n_threads);
 // Creates the CUDA backend (src/cuda); throws QSP_ERR_NO_DEVICE when built
 // without CUDA or when the device is not usable.
 std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& cfg, int32_t device_index);

@@ -9,23 +9,53 @@
 
 namespace qsp {
 
+namespace {
+
+// The device of each shard, from qsp_context_params' n_devices, device_mask
+// and device_index (qsp.h): a shard per device, or every shard on one.
+std::vector<int32_t> shard_devices(const qsp_context_params& p) {
+  QSP_FAIL_IF(p.device_index < 0, QSP_ERR_INVALID_ARGUMENT, "device_index must be >= 0");
+  QSP_FAIL_IF(p.n_devices > Partition::kMaxShards, QSP_ERR_INVALID_ARGUMENT, "n_devices %u: at most %u",
+              p.n_devices, Partition::kMaxShards);
+  const uint32_t n = std::max(1u, p.n_devices);
+  std::vector<int32_t> d;
+  if (p.device_mask == 0) {
+    QSP_FAIL_IF(p.device_index > INT32_MAX - int32_t(n - 1), QSP_ERR_INVALID_ARGUMENT,
+                "device_index %d + n_devices %u passes INT32_MAX", p.device_index, n);
+    for (uint32_t i = 0; i < n; ++i) d.push_back(p.device_index + int32_t(i));
+    return d;
+  }
+  for (int32_t i = 0; i < 32; ++i)
+    if (p.device_mask >> i & 1u) d.push_back(i);
+  if (d.size() == n) return d;  // a shard per device
+  QSP_FAIL_IF(d.size() != 1, QSP_ERR_INVALID_ARGUMENT,
+              "device_mask 0x%x names %zu devices for n_devices = %u shards: set n_devices bits (a shard per "
+              "device), one (every shard on that device) or none (devices from device_index on)",
+              p.device_mask, d.size(), n);
+  return std::vector<int32_t>(n, d[0]);  // every shard on one device
+}
+
+}  // namespace
+
 Context::Context(const qsp_context_params& p) : cfg_(ModelConfig::from_params(p)) {
   log_.callback = p.log_callback;
   log_.user_data = p.log_user_data;
   log_.max_level = p.log_level;
   QSP_FAIL_IF(p.n_threads < 0, QSP_ERR_INVALID_ARGUMENT, "n_threads must be >= 0 (0 = all cores)");
-  QSP_FAIL_IF(p.device_index < 0, QSP_ERR_INVALID_ARGUMENT, "device_index must be >= 0");
+  devices_ = shard_devices(p);
+  // Whether the model splits is the model's business, whatever the backend.
+  part_ = Partition(cfg_, uint32_t(devices_.size()));
   switch (p.backend) {
     case QSP_BACKEND_CPU:
-      backend_ = make_cpu_backend(cfg_, p.n_threads);
+      backend_ = make_cpu_backend(cfg_, part_, p.n_threads);
       break;
     case QSP_BACKEND_CUDA:
-      backend_ = make_cuda_backend(cfg_, p.device_index);
+      backend_ = make_cuda();
       break;
     case QSP_BACKEND_AUTO:
-      if (cuda_device_count() > p.device_index) {
+      if (cuda_device_count() > *std::max_element(devices_.begin(), devices_.end())) {
         try {
-          backend_ = make_cuda_backend(cfg_, p.device_index);
+          backend_ = make_cuda();
         } catch (const Error& e) {
           // Only "no device" falls back: an unsupported shape or out-of-memory
           // on a present GPU is something the user must hear about.
@@ -35,13 +65,22 @@ Context::Context(const qsp_context_params& p) : cfg_(ModelConfig::from_params(p)
       } else {
         log_(QSP_LOG_INFO, "no CUDA device; using the CPU backend");
       }
-      if (!backend_) backend_ = make_cpu_backend(cfg_, p.n_threads);
+      if (!backend_) backend_ = make_cpu_backend(cfg_, part_, p.n_threads);
       break;
     default:
       throw Error(QSP_ERR_INVALID_ARGUMENT, strprintf("backend %d is not a QSP_BACKEND_* value", p.backend));
   }
   weights_.layers.resize(cfg_.n_layers);
   log_(QSP_LOG_INFO, "context on " + backend_->device_name());
+}
+
+std::unique_ptr<Backend> Context::make_cuda() const {
+  // Issue 19's next step: the shards on their devices with NCCL all-reduces,
+  // or every shard in turn on one GPU (a one-bit device_mask).
+  QSP_FAIL_IF(part_.size() > 1, QSP_ERR_UNSUPPORTED,
+              "tensor parallelism on the CUDA backend: not yet (n_devices = %u; the CPU backend runs the shards)",
+              part_.size());
+  return make_cuda_backend(cfg_, devices_[0]);
 }
 
 Context::~Context() = default;
@@ -74,6 +113,7 @@ TensorRef Context::acquire(const qsp_tensor& t, const SlotDesc& s, const char* w
   meta.cols = cols;
   meta.bytes = want;
   meta.role = s.role;
+  part_.check_tensor(s, t.dtype, where);
   backend_->check_supported(meta, where);
   WeightCache& cache = WeightCache::get(backend_->kind(), backend_->device());
   const void* data = t.data;
@@ -163,6 +203,8 @@ std::string Context::batch_mismatch(const Context& o) const {
       a.rms_eps != b.rms_eps || a.rope_theta != b.rope_theta || a.rope_style != b.rope_style ||
       a.qk_norm != b.qk_norm)
     return "its model shape or hyperparameters differ";
+  if (part_.size() != o.part_.size())
+    return strprintf("it is split into %u shards, not %u", o.part_.size(), part_.size());
   for (uint32_t l = 0; l < cfg_.n_layers; ++l)
     for (int i = 0; i < kLayerSlotCount; ++i)
       if (weights_.layers[l].t[i] != o.weights_.layers[l].t[i])

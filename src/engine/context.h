@@ -5,9 +5,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/log.h"
 #include "engine/backend.h"
+#include "engine/partition.h"
 
 namespace qsp {
 
@@ -40,6 +42,7 @@ class Context {
   void kv_truncate(uint32_t len);
 
   const ModelConfig& config() const { return cfg_; }
+  const Partition& partition() const { return part_; }
   const ModelTensors& weights() const { return weights_; }
   // After a batched pass ran pieces of this context (engine/batch.cpp): the
   // cache grew by n tokens, and the logits are those of its last piece
@@ -59,8 +62,12 @@ class Context {
   // Validates the tensor of slot s (named `where` in messages) and returns its
   // cached tensor (nullptr for a slot this model does not have).
   TensorRef acquire(const qsp_tensor& t, const SlotDesc& s, const char* where);
+  // The CUDA backend on devices_ (one device only, for now).
+  std::unique_ptr<Backend> make_cuda() const;
 
   ModelConfig cfg_;
+  std::vector<int32_t> devices_;  // the device of each shard (n_devices, device_mask, device_index)
+  Partition part_;
   LogSink log_;
   std::unique_ptr<Backend> backend_;
   ModelTensors weights_;

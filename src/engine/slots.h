@@ -45,6 +45,12 @@ enum LayerSlot : int {
 // The slots outside the layers.
 enum ModelSlot : int { kTokenEmbd = 0, kOutputNorm, kLmHead, kModelSlotCount };
 
+// How a tensor-parallel context cuts a slot's tensor (engine/partition.h):
+// along its rows (each shard holds the rows of its heads / features /
+// vocabulary), its columns (the input features of its heads / features:
+// the shards' products are summed), or not at all (every shard holds it).
+enum class Split : uint8_t { kNone, kRows, kCols };
+
 struct SlotDesc {
   const char* name;      // "wq": the qsp_*_weights member, used in messages
   const char* gguf;      // GGUF name: layer slots "blk.N.<gguf>.weight", model slots "<gguf>.weight"
@@ -52,6 +58,7 @@ struct SlotDesc {
   Dim rows, cols;        // the shape rule
   bool qk_norm_only;     // present exactly when the model has qk_norm (Qwen3's q/k norms)
   size_t api_offset;     // offset of its qsp_tensor in qsp_layer_weights / qsp_output_weights
+  Split split;           // tensor parallelism: which side is cut
 };
 
 extern const SlotDesc kLayerSlots[kLayerSlotCount];

@@ -31,7 +31,9 @@ TEST_CASE("api: version functions match the macros", "[api]") {
   REQUIRE(std::string(qsp_version_string()) == buf);
 }
 
-TEST_CASE("api: every status has a distinct non-empty string; unknown ones say so", "[api]") {
+// (No ";" in test names: catch_discover_tests cuts the ctest name there, and
+// the cut name matches no test, so ctest would pass without running it.)
+TEST_CASE("api: every status has a distinct non-empty string, unknown ones say so", "[api]") {
   const qsp_status all[] = {QSP_OK,
                             QSP_ERR_INVALID_ARGUMENT,
                             QSP_ERR_STRUCT_SIZE,
@@ -48,10 +50,11 @@ TEST_CASE("api: every status has a distinct non-empty string; unknown ones say s
                             QSP_ERR_UNSUPPORTED,
                             QSP_ERR_INTERNAL,
                             QSP_ERR_IO,
-                            QSP_ERR_BAD_FORMAT};
+                            QSP_ERR_BAD_FORMAT,
+                            QSP_ERR_BUFFER_TOO_SMALL};
   std::set<std::string> seen;
   for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) {
-    REQUIRE(all[i] == -qsp_status(i));  // the values are fixed: 0, -1, ..., -16
+    REQUIRE(all[i] == -qsp_status(i));  // the values are fixed: 0, -1, ..., -17
     const char* s = qsp_status_string(all[i]);
     REQUIRE(s != nullptr);
     INFO("status " << all[i] << ": \"" << s << "\"");
@@ -60,7 +63,7 @@ TEST_CASE("api: every status has a distinct non-empty string; unknown ones say s
     seen.insert(s);
   }
   REQUIRE(seen.size() == sizeof all / sizeof all[0]);
-  for (qsp_status s : {1, 2, -17, -100, 1000, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()}) {
+  for (qsp_status s : {1, 2, -18, -100, 1000, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max()}) {
     REQUIRE(qsp_status_string(s) != nullptr);
     REQUIRE(std::string(qsp_status_string(s)) == "unknown status");
   }
@@ -74,7 +77,7 @@ TEST_CASE("api: backend availability", "[api]") {
   for (int32_t b : {-1, 3, 99}) REQUIRE(qsp_backend_available(b) == 0);
 }
 
-TEST_CASE("api: init functions set defaults and are NULL-safe; destroy(NULL) is a no-op", "[api]") {
+TEST_CASE("api: init functions set defaults and are NULL-safe, destroy(NULL) is a no-op", "[api]") {
   qsp_context_params_init(nullptr);
   qsp_context_info_init(nullptr);
   qsp_layer_weights_init(nullptr);
@@ -95,7 +98,8 @@ TEST_CASE("api: init functions set defaults and are NULL-safe; destroy(NULL) is 
   REQUIRE(p.log_level == QSP_LOG_WARN);
   REQUIRE(p.log_callback == nullptr);
   REQUIRE(p.log_user_data == nullptr);
-  REQUIRE(p.reserved0 == 0);
+  REQUIRE(p.n_devices == 0);    // the unsplit model (1.3; reserved0 before)
+  REQUIRE(p.device_mask == 0);  // (1.3; reserved2 before)
   REQUIRE(p.reserved1 == 0);
   REQUIRE(p.device_index == 0);
   REQUIRE((p.n_layers | p.hidden_size | p.intermediate_size | p.n_heads | p.n_kv_heads | p.head_dim |
@@ -276,7 +280,6 @@ TEST_CASE("api: inconsistent model parameters at create", "[api]") {
       {"rope_style -1", [](qsp_context_params& p) { p.rope_style = -1; }, QSP_ERR_INVALID_ARGUMENT, "rope_style"},
       {"backend 3", [](qsp_context_params& p) { p.backend = 3; }, QSP_ERR_INVALID_ARGUMENT, "backend"},
       {"backend -1", [](qsp_context_params& p) { p.backend = -1; }, QSP_ERR_INVALID_ARGUMENT, "backend"},
-      {"reserved0", [](qsp_context_params& p) { p.reserved0 = 1; }, QSP_ERR_INVALID_ARGUMENT, "reserved"},
       {"reserved1", [](qsp_context_params& p) { p.reserved1 = 0x80000000u; }, QSP_ERR_INVALID_ARGUMENT, "reserved"},
       {"qk_norm 2", [](qsp_context_params& p) { p.qk_norm = 2; }, QSP_ERR_INVALID_ARGUMENT, "qk_norm"},
       {"n_threads -1", [](qsp_context_params& p) { p.n_threads = -1; }, QSP_ERR_INVALID_ARGUMENT, "n_threads"},

@@ -20,7 +20,7 @@ using namespace qsp_test;
 
 // ---- Uploads ------------------------------------------------------------------------
 
-TEST_CASE("api: upload validation errors; the context keeps working after each", "[api]") {
+TEST_CASE("api: upload validation errors, the context keeps working after each", "[api]") {
   Fixture fx(4);
   qsp_context* ctx = fx.create();
   const TestModel& m = fx.m;

@@ -196,7 +196,7 @@ TEST_CASE("bpe: ADD_SPECIAL adds BOS / EOS as the keys say", "[tokenizer][bpe]")
   }
 }
 
-TEST_CASE("bpe: qwen2 normalizes to NFC first; the others do not", "[tokenizer][bpe]") {
+TEST_CASE("bpe: qwen2 normalizes to NFC first, the others do not", "[tokenizer][bpe]") {
   auto q = make(bpe_vocab({}, "qwen2"));
   auto g = make(bpe_vocab({}, "gpt-2"));
   auto l = make(bpe_vocab({}, "llama-bpe"));
@@ -228,7 +228,7 @@ std::string random_text(std::mt19937& rng, size_t n) {
 
 }  // namespace
 
-TEST_CASE("bpe: tokenize then detokenize gives the text back; streams equal detokenize", "[tokenizer][bpe]") {
+TEST_CASE("bpe: tokenize then detokenize gives the text back, streams equal detokenize", "[tokenizer][bpe]") {
   std::mt19937 rng(99);
   // Merges that touch multi-byte characters, so pieces end inside UTF-8 sequences.
   const std::vector<std::pair<std::string, std::string>> merges = {
@@ -256,7 +256,7 @@ TEST_CASE("bpe: tokenize then detokenize gives the text back; streams equal deto
   }
 }
 
-TEST_CASE("bpe: streams hold back incomplete characters; a small buffer changes nothing", "[tokenizer][bpe]") {
+TEST_CASE("bpe: streams hold back incomplete characters, a small buffer changes nothing", "[tokenizer][bpe]") {
   auto m = make(bpe_vocab({}));
   qsp_text_stream* s = nullptr;
   REQUIRE(qsp_text_stream_create(m->t, 0, &s) == QSP_OK);

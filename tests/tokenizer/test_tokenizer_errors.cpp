@@ -180,7 +180,7 @@ TEST_CASE("tokenizer errors: arguments, flags, ids, struct size", "[tokenizer][e
   CHECK(std::string(qsp_status_string(QSP_ERR_BUFFER_TOO_SMALL)) == "buffer too small");
 }
 
-TEST_CASE("tokenizer: a file's tokenizer outlives the file; works from many threads", "[tokenizer][errors]") {
+TEST_CASE("tokenizer: a file's tokenizer outlives the file, works from many threads", "[tokenizer][errors]") {
   Vocab v = bpe_vocab({{"a", "b"}});
   std::unique_ptr<Made> m;
   {

@@ -104,7 +104,7 @@ TEST_CASE("spm: add_space_prefix false: no dummy prefix", "[tokenizer][spm]") {
   CHECK(detokenize(m->t, tokenize(m->t, " hello")) == " hello");
 }
 
-TEST_CASE("spm: specials split the text; each text piece gets the prefix", "[tokenizer][spm]") {
+TEST_CASE("spm: specials split the text, each text piece gets the prefix", "[tokenizer][spm]") {
   Spm s;
   auto m = make(s.v);
   // llama.cpp adds the dummy prefix to the first text and to each one after a special token.

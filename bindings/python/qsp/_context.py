@@ -88,7 +88,7 @@ class LayerWeights:
 
 
 _PARAM_FIELDS = [name for name, _ in _ffi.qsp_context_params._fields_ if name not in
-                 ("struct_size", "reserved0", "reserved1", "reserved2", "log_callback", "log_user_data")]
+                 ("struct_size", "reserved1", "log_callback", "log_user_data")]
 
 
 def _int32s(tokens):
