@@ -264,13 +264,7 @@ TEST_CASE("shard: qsp_prefill_batch of sharded contexts equals unsplit single ca
 
 TEST_CASE("shard: shapes that do not divide are refused at create, naming what", "[shard][errors]") {
   const TestModel m = make(qwen3_like(QSP_DTYPE_Q4_0, 9));  // 16 heads / 8 KV heads x 32, ffn 512
-  struct Case {
-    const char* what;
-    void (*edit)(qsp_context_params&);
-    qsp_status want;
-    const char* needles;
-  };
-  const Case cases[] = {
+  const CreateCase cases[] = {
       {"8 KV heads over 3", [](qsp_context_params& p) { p.n_devices = 3; }, QSP_ERR_SHAPE, "n_kv_heads|3"},
       {"8 KV heads over 16",
        [](qsp_context_params& p) {
@@ -332,12 +326,7 @@ TEST_CASE("shard: shapes that do not divide are refused at create, naming what",
        },
        QSP_ERR_UNSUPPORTED, "tensor parallelism|CUDA"},
   };
-  for (const Case& c : cases) {
-    INFO(c.what);
-    qsp_context_params p = m.params;
-    c.edit(p);
-    expect_create_fails(p, c.want, c.needles);
-  }
+  expect_create_cases(m.params, cases);
   // The fine ones of the cases above are fine.
   for (auto edit : {+[](qsp_context_params& p) { p.n_devices = 8, p.intermediate_size = 768; },
                     +[](qsp_context_params& p) { p.n_devices = 8, p.head_dim = 16; },

@@ -77,4 +77,22 @@ inline void expect_create_fails(const qsp_context_params& p, qsp_status want, co
   if (out && out != kSentinel) qsp_context_destroy(out);
 }
 
+// A table of ways to break a good qsp_context_params: each edit must make
+// qsp_context_create fail with `want`, naming `needles`.
+struct CreateCase {
+  const char* what;
+  void (*edit)(qsp_context_params&);
+  qsp_status want;
+  const char* needles;
+};
+template <size_t N>
+void expect_create_cases(const qsp_context_params& good, const CreateCase (&cases)[N]) {
+  for (const CreateCase& c : cases) {
+    INFO("case: " << c.what);
+    qsp_context_params p = good;
+    c.edit(p);
+    expect_create_fails(p, c.want, c.needles);
+  }
+}
+
 }  // namespace qsp_test

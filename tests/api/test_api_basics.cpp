@@ -258,13 +258,7 @@ TEST_CASE("api: inconsistent model parameters at create", "[api]") {
     REQUIRE(qsp_context_create(&good, &ctx) == QSP_OK);
     qsp_context_destroy(ctx);
   }
-  struct Case {
-    const char* what;
-    void (*edit)(qsp_context_params&);
-    qsp_status want;
-    const char* needles;
-  };
-  const Case cases[] = {
+  const CreateCase cases[] = {
       {"n_layers 0", [](qsp_context_params& p) { p.n_layers = 0; }, QSP_ERR_SHAPE, "n_layers"},
       {"hidden 0", [](qsp_context_params& p) { p.hidden_size = 0; }, QSP_ERR_SHAPE, "hidden_size"},
       {"ffn 0", [](qsp_context_params& p) { p.intermediate_size = 0; }, QSP_ERR_SHAPE, "intermediate_size"},
@@ -291,12 +285,7 @@ TEST_CASE("api: inconsistent model parameters at create", "[api]") {
       {"rope_theta 0", [](qsp_context_params& p) { p.rope_theta = 0.0f; }, QSP_ERR_INVALID_ARGUMENT, "rope_theta"},
       {"rope_theta NaN", [](qsp_context_params& p) { p.rope_theta = std::nanf(""); }, QSP_ERR_INVALID_ARGUMENT, "rope_theta"},
   };
-  for (const Case& c : cases) {
-    INFO("case: " << c.what);
-    qsp_context_params p = good;
-    c.edit(p);
-    expect_create_fails(p, c.want, c.needles);
-  }
+  expect_create_cases(good, cases);
 }
 
 TEST_CASE("api: a KV cache too large to allocate is OUT_OF_MEMORY, not a crash", "[api]") {
