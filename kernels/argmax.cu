@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/pdl.h"
 
 namespace qsp {
 namespace kern {
@@ -42,6 +43,8 @@ __device__ __forceinline__ Cand better(Cand a, Cand b) {
 template <bool kVec>
 __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restrict__ v, int n, int64_t ld,
                                                            int32_t* out) {
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
   // One block per row (a batched pass has one row per piece).
   v += int64_t(blockIdx.x) * ld;
   out += blockIdx.x;
@@ -107,10 +110,8 @@ static_assert(kThreads / 32 == 32, "the second stage reduces one candidate per l
 cudaError_t argmax_rows(const float* v, int32_t n, int64_t ld, int32_t n_rows, int32_t* out, cudaStream_t stream) {
   if (!v || !out || n < 1 || n_rows < 1 || (n_rows > 1 && ld < n)) return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(v) % 16 == 0 && (n_rows == 1 || ld % 4 == 0))
-    argmax_kernel<true><<<unsigned(n_rows), kThreads, 0, stream>>>(v, n, ld, out);
-  else
-    argmax_kernel<false><<<unsigned(n_rows), kThreads, 0, stream>>>(v, n, ld, out);
-  return cudaGetLastError();
+    return launch_pdl(argmax_kernel<true>, dim3(unsigned(n_rows)), dim3(kThreads), 0, stream, v, n, ld, out);
+  return launch_pdl(argmax_kernel<false>, dim3(unsigned(n_rows)), dim3(kThreads), 0, stream, v, n, ld, out);
 }
 
 cudaError_t argmax(const float* v, int32_t n, int32_t* out, cudaStream_t stream) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/attention_internal.cuh"
+#include "kernels/pdl.h"
 #include "kernels/ptx.cuh"
 
 namespace qsp {
@@ -26,6 +27,8 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const flo
                                                                        const float* __restrict__ lse_part,
                                                                        __half* __restrict__ out, int rows,
                                                                        int n_splits) {
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
   constexpr int kLanesPerSplit = D / 4;
   constexpr int kSplitsPerStep = kCombineThreads / kLanesPerSplit;
   constexpr int kUnroll = 4;
@@ -103,12 +106,8 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const flo
 
 cudaError_t launch_combine(const float* o_part, const float* lse_part, __half* out, int rows, int n_splits,
                            int head_dim, cudaStream_t stream) {
-  if (head_dim == 128) {
-    attn_combine_kernel<128><<<unsigned(rows), kCombineThreads, 0, stream>>>(o_part, lse_part, out, rows, n_splits);
-  } else {
-    attn_combine_kernel<64><<<unsigned(rows), kCombineThreads, 0, stream>>>(o_part, lse_part, out, rows, n_splits);
-  }
-  return cudaGetLastError();
+  return launch_pdl(head_dim == 128 ? attn_combine_kernel<128> : attn_combine_kernel<64>, dim3(unsigned(rows)),
+                    dim3(kCombineThreads), 0, stream, o_part, lse_part, out, rows, n_splits);
 }
 
 }  // namespace attn

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "kernels/attention_internal.cuh"
+#include "kernels/pdl.h"
 #include "kernels/per_device.h"
 #include "kernels/ptx.cuh"
 
@@ -118,6 +119,8 @@ __device__ __forceinline__ Span block_span(const FwdParams& p, int t0) {
 
 template <class Kt, bool kBatch>
 __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_kernel(const FwdParams p) {
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
   constexpr int D = Kt::kHeadDim;
   constexpr int kBlockM = Kt::kBlockM, kBlockN = Kt::kBlockN;
   constexpr int kMTiles = Kt::kMTiles, kNTiles = Kt::kNTiles, kDTiles = Kt::kDTiles;
@@ -507,8 +510,7 @@ cudaError_t launch_fwd(const FwdParams& p, const Plan& pl, cudaStream_t stream) 
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(unsigned(pl.m_blocks), unsigned(pl.head_blocks), unsigned(pl.n_splits));
-  attn_fwd_kernel<Kt, kBatch><<<grid, Kt::kNThreads, Kt::kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+  return launch_pdl(attn_fwd_kernel<Kt, kBatch>, grid, dim3(Kt::kNThreads), Kt::kSmemBytes, stream, p);
 }
 
 template <int D>

@@ -4,6 +4,7 @@
 // head.
 #include "kernels/formats/formats.cuh"
 #include "kernels/kernels.h"
+#include "kernels/pdl.h"
 
 namespace qsp {
 namespace kern {
@@ -17,6 +18,8 @@ constexpr int kEmbedThreads = 128;
 // this only keeps a bad id from reading out of bounds.
 __global__ void __launch_bounds__(kEmbedThreads) embed_kernel(const DWeight table, const int32_t* __restrict__ tokens,
                                                               int32_t M, float* __restrict__ out) {
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
   const int64_t col = (int64_t(blockIdx.x) * kEmbedThreads + threadIdx.x) * 8;
   if (col >= table.cols) return;
   for (int m = blockIdx.y; m < M; m += gridDim.y) {
@@ -40,8 +43,7 @@ cudaError_t embed(const DWeight& table, const int32_t* tokens, int32_t M, float*
   if (M == 0) return cudaSuccess;
   const int groups = table.cols / 8;
   const dim3 grid((groups + kEmbedThreads - 1) / kEmbedThreads, M < 65535 ? M : 65535);
-  embed_kernel<<<grid, kEmbedThreads, 0, stream>>>(table, tokens, M, out);
-  return cudaGetLastError();
+  return launch_pdl(embed_kernel, grid, dim3(kEmbedThreads), 0, stream, table, tokens, M, out);
 }
 
 }  // namespace kern

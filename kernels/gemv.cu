@@ -14,6 +14,7 @@
 
 #include "kernels/formats/formats.cuh"
 #include "kernels/gemm_internal.cuh"
+#include "kernels/pdl.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
 
@@ -79,6 +80,17 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
           T::ldg_raw(raw[u][w], base, soff, size_t(w == 0 ? loc.tile : tile) * size_t(a.KC) + size_t(c), lane);
         }
       }
+    }
+    // The first round's weight loads are in flight; the activations are the
+    // previous kernel's output (kernels/pdl.h).
+    if (c0 == warp) {
+      pdl_wait();
+      pdl_launch_dependents();
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + u * kw;
+      const bool ok = c < a.KC;
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int m = mt * 8 + g;
@@ -157,6 +169,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
     }
   }
 
+  pdl_wait();  // a warp with no chunk (kw <= KC / U: none today) still waits before the epilogue
   // D[n][m]: c0, c1 = (n = g, m = 2t, 2t+1); c2, c3 = (n = g + 8, same m).
 #pragma unroll
   for (int w = 0; w < NM; ++w)
@@ -206,8 +219,7 @@ cudaError_t launch_mt(const KArgs& a, cudaStream_t stream) {
   constexpr int U = gemv_unroll<F>(MT, EP == Epilogue::kSwiGLU);
   // Enough warps to cover K with U chunks each, at most kGemvMaxWarps.
   const int kw = std::max(1, std::min(kGemvMaxWarps, a.KC / U));
-  gemv_kernel<F, MT, U, EP><<<a.tiles, kw * 32, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(gemv_kernel<F, MT, U, EP>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)), 0, stream, a);
 }
 
 }  // namespace

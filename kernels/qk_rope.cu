@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/pdl.h"
 #include "qsp/qsp.h"
 
 namespace qsp {
@@ -61,6 +62,8 @@ struct VecF<4> {
 
 template <int D, int kStyle, bool kVecLoad, bool kBatch>
 __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p) {
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
   constexpr int E = D / 32;  // elements per lane
   constexpr int kHalf = D / 2;
   __shared__ float s_cos[kHalf], s_sin[kHalf];
@@ -187,8 +190,7 @@ template <int D, int kStyle, bool kVecLoad, bool kBatch>
 cudaError_t launch(const RopeParams& p, cudaStream_t stream) {
   const int n_vec = p.n_heads + 2 * p.n_kv_heads;
   const dim3 grid(unsigned(p.M), unsigned((n_vec + kWarps - 1) / kWarps));
-  qk_rope_kernel<D, kStyle, kVecLoad, kBatch><<<grid, kWarps * 32, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_pdl(qk_rope_kernel<D, kStyle, kVecLoad, kBatch>, grid, dim3(kWarps * 32), 0, stream, p);
 }
 
 template <int D, bool kBatch>

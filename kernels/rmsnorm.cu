@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/pdl.h"
 
 namespace qsp {
 namespace kern {
@@ -34,6 +35,8 @@ template <int kVec>
 __global__ void __launch_bounds__(kThreads) rmsnorm_vec_kernel(const float* __restrict__ x, int ldx,
                                                                const float* __restrict__ w, __half* __restrict__ y,
                                                                int dim, float eps, const int32_t* __restrict__ rows) {
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
   __shared__ float s_red[kThreads / 32];
   const int row = int(blockIdx.x);
   const float4* xr = reinterpret_cast<const float4*>(x + size_t(rows ? rows[row] : row) * ldx);
@@ -71,6 +74,8 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_scalar_kernel(const float* _
                                                                   const float* __restrict__ w,
                                                                   __half* __restrict__ y, int dim, float eps,
                                                                   const int32_t* __restrict__ rows) {
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
   __shared__ float s_red[kThreads / 32];
   const int row = int(blockIdx.x);
   const float* xr = x + size_t(rows ? rows[row] : row) * ldx;
@@ -93,18 +98,13 @@ cudaError_t rmsnorm_f16(const float* x, int32_t ldx, const float* w, __half* y, 
   const unsigned grid = unsigned(M);
   if (vec && n4 <= kThreads * kMaxVec) {
     // The fewest registers that hold the row: 1, 2, 4 or 8 float4s per thread.
-    if (n4 <= kThreads)
-      rmsnorm_vec_kernel<1><<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps, rows);
-    else if (n4 <= 2 * kThreads)
-      rmsnorm_vec_kernel<2><<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps, rows);
-    else if (n4 <= 4 * kThreads)
-      rmsnorm_vec_kernel<4><<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps, rows);
-    else
-      rmsnorm_vec_kernel<8><<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps, rows);
-  } else {
-    rmsnorm_scalar_kernel<<<grid, kThreads, 0, stream>>>(x, ldx, w, y, dim, eps, rows);
+    const auto kernel = n4 <= kThreads       ? rmsnorm_vec_kernel<1>
+                        : n4 <= 2 * kThreads ? rmsnorm_vec_kernel<2>
+                        : n4 <= 4 * kThreads ? rmsnorm_vec_kernel<4>
+                                             : rmsnorm_vec_kernel<8>;
+    return launch_pdl(kernel, grid, dim3(kThreads), 0, stream, x, ldx, w, y, dim, eps, rows);
   }
-  return cudaGetLastError();
+  return launch_pdl(rmsnorm_scalar_kernel, grid, dim3(kThreads), 0, stream, x, ldx, w, y, dim, eps, rows);
 }
 
 }  // namespace kern

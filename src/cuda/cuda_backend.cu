@@ -8,10 +8,7 @@
 // and after the last layer: rmsnorm of the last token -> LM-head GEMV -> argmax.
 // Positions reach the kernels through a device int (`d_past_`), and no
 // launch's grid depends on the position, so a chunk of n tokens captured once
-// in a CUDA graph replays at every position: the decode step (one token) is
-// captured at its first use, other chunk shapes at their second (a shape
-// seen once is not worth a capture), up to kMaxChunkGraphs shapes per
-// context, the least recently used dropped first.
+// in a CUDA graph replays at every position (src/cuda/chunk_graphs.h).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,8 +25,9 @@
 #include "common/quant.h"
 #include "engine/backend.h"
 #include "kernels/kernels.h"
-#include "cuda/cuda_util.h"
+#include "cuda/chunk_graphs.h"
 #include "cuda/cuda_upload.h"
+#include "cuda/cuda_util.h"
 
 namespace qsp {
 namespace {
@@ -38,9 +36,6 @@ namespace {
 // an 8B-shaped model); longer prompts are split by the engine, attention
 // reads the earlier chunks from the KV cache.
 constexpr uint32_t kCudaChunk = 4096;
-// Captured chunk shapes per context ((n, logits) pairs) and shapes remembered
-// as seen once.
-constexpr size_t kMaxChunkGraphs = 8, kMaxSeenShapes = 16;
 
 class CudaBackend final : public Backend {
  public:
@@ -90,7 +85,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaSetDevice(dev_);
     cudaStreamSynchronize(stream_);
-    drop_graphs();
+    graphs_.drop();
     log_upload_stats();
   }
 
@@ -172,18 +167,14 @@ class CudaBackend final : public Backend {
 
     // Token chunks replay a captured graph of their shape (embeddings come
     // from a caller's pointer per call: always eager).
-    if (c.tokens && use_graph_) {
-      if (!graphs_.empty() && !same_weights(w)) drop_graphs();
-      const ShapeKey key{c.n, c.want_logits};
-      ChunkGraph* g = find_graph(key);
-      if (!g && (key.n == 1 || seen_before(key))) g = capture(w, c, key);
+    if (c.tokens) {
+      const cudaGraphExec_t g = graphs_.get({c.n, c.want_logits}, weight_ids(w), stream_,
+                                            [&] { enqueue(w, c, /*capturing=*/true); });
       if (g) {
-        g->last_use = ++use_clock_;
-        QSP_CUDA_CHECK(cudaGraphLaunch(g->exec, stream_));
+        QSP_CUDA_CHECK(cudaGraphLaunch(g, stream_));
         QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
         return;
       }
-      remember(key);
     }
     enqueue(w, c);
     QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -513,9 +504,9 @@ class CudaBackend final : public Backend {
     QSP_CUDA_CHECK(kern::gemm(g, stream_));
   }
 
-  // The graphs bake in weight pointers: remember which tensors they used.
-  std::vector<const Tensor*> weight_ids(const ModelTensors& w) const {
-    std::vector<const Tensor*> ids;
+  // The graphs bake in weight pointers: the tensors they use.
+  std::vector<const void*> weight_ids(const ModelTensors& w) const {
+    std::vector<const void*> ids;
     for (const LayerTensors& L : w.layers)
       for (const TensorRef* t : {&L[kAttnNorm], &L[kWq], &L[kWk], &L[kWv], &L[kQNorm], &L[kKNorm], &L[kWo], &L[kFfnNorm],
                                  &L[kWGate], &L[kWUp], &L[kWDown]})
@@ -524,71 +515,6 @@ class CudaBackend final : public Backend {
     ids.push_back(w[kOutputNorm].get());
     ids.push_back(w[kLmHead].get());
     return ids;
-  }
-  bool same_weights(const ModelTensors& w) const { return weight_ids(w) == graph_weights_; }
-
-  // ---- Chunk graphs ---------------------------------------------------------------------
-  struct ShapeKey {
-    uint32_t n;
-    bool logits;
-    bool operator==(const ShapeKey& o) const { return n == o.n && logits == o.logits; }
-  };
-  struct ChunkGraph {
-    ShapeKey key;
-    cudaGraphExec_t exec;
-    uint64_t last_use;
-  };
-
-  ChunkGraph* find_graph(const ShapeKey& k) {
-    for (ChunkGraph& g : graphs_)
-      if (g.key == k) return &g;
-    return nullptr;
-  }
-  bool seen_before(const ShapeKey& k) const { return std::find(seen_.begin(), seen_.end(), k) != seen_.end(); }
-  void remember(const ShapeKey& k) {
-    if (seen_before(k)) return;
-    if (seen_.size() == kMaxSeenShapes) seen_.erase(seen_.begin());
-    seen_.push_back(k);
-  }
-  void drop_graphs() noexcept {
-    for (ChunkGraph& g : graphs_) cudaGraphExecDestroy(g.exec);
-    graphs_.clear();
-    graph_weights_.clear();
-  }
-
-  // Captures chunk shape k (the weights of w baked in); nullptr, and eager
-  // from then on, when the driver will not instantiate it.
-  ChunkGraph* capture(const ModelTensors& w, const PrefillChunk& c, const ShapeKey& k) {
-    cudaGraph_t graph = nullptr;
-    QSP_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      enqueue(w, c, /*capturing=*/true);
-    } catch (...) {
-      cudaStreamEndCapture(stream_, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      cudaGetLastError();
-      throw;
-    }
-    QSP_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    cudaGraphExec_t exec = nullptr;
-    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    if (e != cudaSuccess) {
-      // Run eagerly from now on rather than fail the user's prefill.
-      cudaGetLastError();
-      drop_graphs();
-      use_graph_ = false;
-      return nullptr;
-    }
-    if (graphs_.size() == kMaxChunkGraphs) {
-      auto lru = std::min_element(graphs_.begin(), graphs_.end(),
-                                  [](const ChunkGraph& a, const ChunkGraph& b) { return a.last_use < b.last_use; });
-      cudaGraphExecDestroy(lru->exec);
-      graphs_.erase(lru);
-    }
-    if (graphs_.empty()) graph_weights_ = weight_ids(w);
-    graphs_.push_back(ChunkGraph{k, exec, 0});
-    return &graphs_.back();
   }
 
   // ---- Weight upload -------------------------------------------------------------------
@@ -618,12 +544,8 @@ class CudaBackend final : public Backend {
   PinnedBuffer h_small_;  // [0] past, [1] argmax, [2..] tokens
   PinnedBuffer h_logits_;
   bool logits_fresh_ = false;
-  bool use_graph_ = true;
   bool poison_ = false;
-  std::vector<ChunkGraph> graphs_;       // captured chunk shapes (kMaxChunkGraphs)
-  std::vector<ShapeKey> seen_;           // shapes run once, eagerly (kMaxSeenShapes)
-  uint64_t use_clock_ = 0;
-  std::vector<const Tensor*> graph_weights_;  // the weights every graph in graphs_ bakes in
+  ChunkGraphs graphs_;
   std::shared_ptr<BatchSpace> batch_space_;  // set when this context first leads a batch
   // Weight upload (ensure_staging): released after the destructor
   // synchronized the stream (every upload synchronizes before it returns).

@@ -1,0 +1,98 @@
+// Programmatic dependent launch (PDL, sm_90+): a kernel launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization may start while the
+// kernel before it on the stream is still finishing, and waits for it
+// (griddepcontrol.wait: the previous grid complete, its writes visible) only
+// where it first needs its results. The decode step is ~290 short kernels,
+// most of them GEMVs that read weights nothing writes during a forward pass:
+// a GEMV issues its first round of weight loads, then waits, so the DRAM
+// latency of that round and the launch of the grid overlap the previous
+// kernel's tail instead of following it.
+//
+// Launched through launch_pdl: the GEMV, RMSNorm, QK-norm + RoPE, the
+// mma.sync attention and its split combine, the embedding, the argmax: the
+// kernels of the decode step besides the GEMMs. The tensor-core GEMMs and
+// the wgmma attention launch as before: a grid launched without the attribute
+// starts after the previous one completes, whatever that one signalled.
+// The rule every kernel launched through launch_pdl keeps:
+//   - before pdl_wait(): read only memory no kernel of the forward pass
+//     writes (weights, the model's constants), write nothing;
+//   - pdl_wait() on every path before the first other global access;
+//   - pdl_launch_dependents() only after its own pdl_wait(), so at most one
+//     grid runs ahead of the one still computing (no chain of grids resident
+//     and spinning on their waits).
+// Completion is transitive: a grid's wait returns when the previous grid has
+// completed, which it can only do after its own wait returned.
+//
+// Both device calls are no-ops in a grid launched without the attribute, and
+// compile to nothing before sm_90. The host side launches with the attribute
+// on sm_90+ devices unless QSP_PDL=0 is set in the environment (read once:
+// A/B measurements in one build, and a switch to rule PDL out of a bug).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "kernels/per_device.h"
+
+namespace qsp {
+namespace kern {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Whether launches on the current device use PDL: compute capability >= 9
+// and QSP_PDL not "0".
+inline bool pdl_enabled() {
+  static const bool env_on = [] {
+    const char* v = std::getenv("QSP_PDL");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  if (!env_on) return false;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  static PerDevice major;
+  return major.get(dev, [dev] {
+           int m = 0;
+           if (cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+             (void)cudaGetLastError();
+             return -1;
+           }
+           return m;
+         }) >= 9;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute
+// where pdl_enabled(). The kernel must keep the rule above.
+template <class... P, class... A>
+cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       A&&... args) {
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
+
+}  // namespace kern
+}  // namespace qsp
