@@ -28,6 +28,17 @@ namespace Qsp
         public int DeviceIndex;
         /// <summary>CPU threads; 0 = one per core.</summary>
         public int NThreads;
+        /// <summary>Tensor parallelism (libqsp >= 1.3): the model split into
+        /// this many shards; 0 or 1 = unsplit. The CPU runs the shards (1, 2,
+        /// 4 or 8) one after another, bit-identical to the unsplit model; CUDA
+        /// with more than one is Status.Unsupported for now. A shape that does
+        /// not divide is Status.Shape.</summary>
+        public uint NDevices;
+        /// <summary>The shards' CUDA devices, bit i = ordinal i: NDevices bits
+        /// (a shard per device), one bit (every shard on that device) or 0
+        /// (NDevices devices from DeviceIndex on). Checked, not used, on the
+        /// CPU.</summary>
+        public uint DeviceMask;
         public int LogLevel;
 
         public ContextParams()
@@ -41,6 +52,8 @@ namespace Qsp
             Backend = (Backend)p.backend;
             DeviceIndex = p.device_index;
             NThreads = p.n_threads;
+            NDevices = p.n_devices;
+            DeviceMask = p.device_mask;
             LogLevel = p.log_level;
         }
     }
@@ -243,6 +256,8 @@ namespace Qsp
             cp.backend = (int)p.Backend;
             cp.device_index = p.DeviceIndex;
             cp.n_threads = p.NThreads;
+            cp.n_devices = p.NDevices;
+            cp.device_mask = p.DeviceMask;
             cp.log_level = p.LogLevel;
             ContextHandle handle;
             int st = Native.qsp_context_create(ref cp, out handle);

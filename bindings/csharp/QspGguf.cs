@@ -132,6 +132,12 @@ namespace Qsp
         /// <summary>KV-cache capacity in tokens; 0 = the file's context length,
         /// at most 8192 (a larger value is capped at the file's).</summary>
         public uint ContextLength;
+        /// <summary>Shards of the model (libqsp >= 1.3; see
+        /// ContextParams.NDevices); 0 = unsplit.</summary>
+        public uint NDevices;
+        /// <summary>Their CUDA devices (see ContextParams.DeviceMask); 0 = from
+        /// DeviceIndex on.</summary>
+        public uint DeviceMask;
     }
 
     /// <summary>What a GGUF file says about itself (qsp_gguf_info).</summary>
@@ -276,6 +282,8 @@ namespace Qsp
             p.device_index = o.DeviceIndex;
             p.n_threads = o.NThreads;
             p.max_seq_len = o.ContextLength;
+            p.n_devices = o.NDevices;
+            p.device_mask = o.DeviceMask;
             NativeGguf.Check(NativeGguf.qsp_gguf_fill_params(h, ref p));
             return new ContextParams
             {
@@ -283,7 +291,8 @@ namespace Qsp
                 NHeads = p.n_heads, NKvHeads = p.n_kv_heads, HeadDim = p.head_dim, VocabSize = p.vocab_size,
                 MaxSeqLen = p.max_seq_len, RmsEps = p.rms_eps, RopeTheta = p.rope_theta,
                 RopeStyle = (RopeStyle)p.rope_style, QkNorm = p.qk_norm != 0, Backend = (Backend)p.backend,
-                DeviceIndex = p.device_index, NThreads = p.n_threads, LogLevel = p.log_level,
+                DeviceIndex = p.device_index, NThreads = p.n_threads, NDevices = p.n_devices,
+                DeviceMask = p.device_mask, LogLevel = p.log_level,
             };
         }
 

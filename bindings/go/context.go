@@ -82,7 +82,15 @@ type Params struct {
 	Backend                               Backend
 	DeviceIndex                           int32
 	NThreads                              int32 // CPU threads; 0 = one per core
-	LogLevel                              int32 // most verbose level logged, QSP_LOG_*
+	// Tensor parallelism (libqsp >= 1.3): the model split into NDevices
+	// shards (0 or 1: unsplit). The CPU runs the shards (1, 2, 4 or 8) one
+	// after another, bit-identical to the unsplit model; CUDA with more than
+	// one is StatusUnsupported for now. A shape that does not divide is
+	// StatusShape. DeviceMask names the CUDA devices, bit i = ordinal i:
+	// NDevices bits (a shard per device), one (every shard on that device) or
+	// 0 (NDevices devices from DeviceIndex on); checked, not used, on the CPU.
+	NDevices, DeviceMask uint32
+	LogLevel             int32 // most verbose level logged, QSP_LOG_*
 }
 
 // DefaultParams has the library's defaults (qsp_context_params_init) and a
@@ -93,7 +101,8 @@ func DefaultParams() Params {
 	return Params{
 		RMSEps: float32(p.rms_eps), RopeTheta: float32(p.rope_theta), RopeStyle: int32(p.rope_style),
 		QKNorm: p.qk_norm != 0, Backend: Backend(p.backend), DeviceIndex: int32(p.device_index),
-		NThreads: int32(p.n_threads), LogLevel: int32(p.log_level),
+		NThreads: int32(p.n_threads), NDevices: uint32(p.n_devices), DeviceMask: uint32(p.device_mask),
+		LogLevel: int32(p.log_level),
 	}
 }
 
@@ -197,6 +206,8 @@ func NewContext(p Params) (*Context, error) {
 	cp.backend = C.int32_t(p.Backend)
 	cp.device_index = C.int32_t(p.DeviceIndex)
 	cp.n_threads = C.int32_t(p.NThreads)
+	cp.n_devices = C.uint32_t(p.NDevices)
+	cp.device_mask = C.uint32_t(p.DeviceMask)
 	cp.log_level = C.int32_t(p.LogLevel)
 	var ptr *C.qsp_context
 	var msg *C.char

@@ -80,6 +80,9 @@ type ExecOptions struct {
 	// KV-cache capacity in tokens; 0 = the file's context length, at most
 	// 8192 (a larger value is capped at the file's).
 	ContextLength uint32
+	// Shards of the model and their CUDA devices (libqsp >= 1.3; see
+	// Params.NDevices); 0 and 0: unsplit.
+	NDevices, DeviceMask uint32
 }
 
 // GGUFInfo is what a GGUF file says about itself (qsp_gguf_info).
@@ -260,6 +263,8 @@ func (f *ModelFile) Params(o ExecOptions) (Params, error) {
 	p.device_index = C.int32_t(o.DeviceIndex)
 	p.n_threads = C.int32_t(o.NThreads)
 	p.max_seq_len = C.uint32_t(o.ContextLength)
+	p.n_devices = C.uint32_t(o.NDevices)
+	p.device_mask = C.uint32_t(o.DeviceMask)
 	err := f.use(func(g *C.qsp_gguf) error {
 		var msg *C.char
 		return takeMessage(C.goqsp_gguf_fill_params(g, &p, &msg), msg)
@@ -273,7 +278,8 @@ func (f *ModelFile) Params(o ExecOptions) (Params, error) {
 		VocabSize: uint32(p.vocab_size), MaxSeqLen: uint32(p.max_seq_len),
 		RMSEps: float32(p.rms_eps), RopeTheta: float32(p.rope_theta), RopeStyle: int32(p.rope_style),
 		QKNorm: p.qk_norm != 0, Backend: Backend(p.backend), DeviceIndex: int32(p.device_index),
-		NThreads: int32(p.n_threads), LogLevel: int32(p.log_level),
+		NThreads: int32(p.n_threads), NDevices: uint32(p.n_devices), DeviceMask: uint32(p.device_mask),
+		LogLevel: int32(p.log_level),
 	}, nil
 }
 

@@ -143,6 +143,41 @@ func TestGGUFLogitsIdenticalToC(t *testing.T) {
 	}
 }
 
+// The model file split in two (ExecOptions' NDevices / DeviceMask reach the
+// context): the same logits bit for bit.
+func TestGGUFSplitContextIdenticalToC(t *testing.T) {
+	want, err := os.ReadFile(ggufEnv(t, "QSP_GGUF_REF_LOGITS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := ggufTokens(t)
+	f := must(OpenModelFile(ggufEnv(t, "QSP_GGUF_MODEL")))
+	defer f.Close()
+	if p := must(f.Params(cpuOpts(2))); p.NDevices != 0 || p.DeviceMask != 0 {
+		t.Fatalf("default NDevices %d DeviceMask %d", p.NDevices, p.DeviceMask)
+	}
+	opts := ExecOptions{Backend: BackendCPU, NThreads: 2, NDevices: 2, DeviceMask: 1}
+	if p := must(f.Params(opts)); p.NDevices != 2 || p.DeviceMask != 1 {
+		t.Fatalf("NDevices %d DeviceMask %d, want 2 1", p.NDevices, p.DeviceMask)
+	}
+	c := must(f.NewContext(opts, nil))
+	defer c.Close()
+	if info := must(c.Info()); !strings.Contains(info.DeviceName, "2 shards") {
+		t.Fatalf("device name %q", info.DeviceName)
+	}
+	opts.DeviceMask = 0
+	c2 := must(NewContextFromGGUF(ggufEnv(t, "QSP_GGUF_MODEL"), opts, nil))
+	defer c2.Close()
+	for _, ctx := range []*Context{c, c2} {
+		if err := ctx.Prefill(toks); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(F32Bytes(must(ctx.Logits())), want) {
+			t.Fatal("split logits differ from the C reference")
+		}
+	}
+}
+
 func TestGGUFBadFiles(t *testing.T) {
 	dir := ggufEnv(t, "QSP_GGUF_BAD_DIR")
 	for _, c := range []struct {

@@ -103,7 +103,12 @@ func newModel() *model {
 
 func (m *model) context(t testing.TB) *Context {
 	t.Helper()
-	c, err := NewContext(params())
+	return m.contextWith(t, params())
+}
+
+func (m *model) contextWith(t testing.TB, p Params) *Context {
+	t.Helper()
+	c, err := NewContext(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,5 +363,72 @@ func TestABIMismatchIsRefused(t *testing.T) {
 	want := "ABI-CHILD: ABI mismatch: the loaded libqsp has ABI version 2, but this Go package was written for ABI version 1"
 	if !strings.Contains(string(out), want) {
 		t.Fatalf("child output lacks %q:\n%s", want, out)
+	}
+}
+
+// ---- tensor parallelism (NDevices / DeviceMask, libqsp >= 1.3) ----------------------
+// tiny-v1 splits in two (2 KV heads, 128 FFN features; 32 columns of wo and
+// 64 of w_down per shard: whole blocks). The CPU runs the shards one after
+// another: logits bit for bit the unsplit model's.
+
+func splitParams(nDevices, deviceMask uint32) Params {
+	p := params()
+	p.NDevices, p.DeviceMask = nDevices, deviceMask
+	return p
+}
+
+func TestSplitParamsDefaultToUnsplit(t *testing.T) {
+	if p := DefaultParams(); p.NDevices != 0 || p.DeviceMask != 0 {
+		t.Fatalf("defaults NDevices %d DeviceMask %d, want 0 0", p.NDevices, p.DeviceMask)
+	}
+	if p := splitParams(2, 1); p.NDevices != 2 || p.DeviceMask != 1 {
+		t.Fatalf("NDevices %d DeviceMask %d, want 2 1", p.NDevices, p.DeviceMask)
+	}
+}
+
+func TestSplitInTwoIsBitIdentical(t *testing.T) {
+	m := newModel()
+	whole := m.context(t)
+	defer whole.Close()
+	if err := whole.Prefill(tokens); err != nil {
+		t.Fatal(err)
+	}
+	want := f32bytes(must(whole.Logits()))
+	if path := os.Getenv("QSP_REF_LOGITS"); path != "" {
+		if ref := must(os.ReadFile(path)); !bytes.Equal(want, ref) {
+			t.Fatal("unsplit logits differ from the C API's")
+		}
+	}
+	// DeviceMask 0 (devices from DeviceIndex on) and one bit (every shard on
+	// that device): both reach the library, which says how many shards.
+	for _, mask := range []uint32{0, 1} {
+		c := m.contextWith(t, splitParams(2, mask))
+		info := must(c.Info())
+		if !strings.Contains(info.DeviceName, "2 shards") || info.KVCacheBytes != must(whole.Info()).KVCacheBytes {
+			t.Fatalf("mask %#x: info %+v", mask, info)
+		}
+		if err := c.Prefill(tokens); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(f32bytes(must(c.Logits())), want) {
+			t.Fatalf("mask %#x: logits differ from the unsplit model's", mask)
+		}
+		if g, w := must(c.GreedyToken()), must(whole.GreedyToken()); g != w {
+			t.Fatalf("mask %#x: greedy token %d, unsplit %d", mask, g, w)
+		}
+		c.Close()
+	}
+}
+
+func TestSplitThatDoesNotDivideIsRefused(t *testing.T) {
+	// 2 KV heads over 3 shards.
+	_, err := NewContext(splitParams(3, 0))
+	if StatusOf(err) != StatusShape || !strings.Contains(err.Error(), "n_kv_heads 2 does not divide over n_devices = 3") {
+		t.Fatalf("3 shards: %v", err)
+	}
+	// A DeviceMask naming 3 devices for 2 shards.
+	_, err = NewContext(splitParams(2, 0b111))
+	if StatusOf(err) != StatusInvalidArgument || !strings.Contains(err.Error(), "device_mask 0x7") {
+		t.Fatalf("mask 0x7: %v", err)
 	}
 }

@@ -177,6 +177,38 @@ static partial class Tests
         Eq(seen[seen.Count - 1][0], seen[0][1], "progress ends at the total");
     }
 
+    // The model file split in two (ExecOptions' NDevices / DeviceMask reach
+    // the context): the same logits bit for bit.
+    static void GgufSplitContextIdenticalToC()
+    {
+        var want = File.ReadAllBytes(Env("QSP_GGUF_REF_LOGITS"));
+        var tokens = GgufTokens();
+        var opts = Cpu(2);
+        opts.NDevices = 2;
+        opts.DeviceMask = 1;
+        using (var f = new ModelFile(Env("QSP_GGUF_MODEL")))
+        {
+            var p = f.Params(Cpu(2));
+            Eq(p.NDevices, 0u, "default NDevices");
+            Eq(p.DeviceMask, 0u, "default DeviceMask");
+            p = f.Params(opts);
+            Eq(p.NDevices, 2u, "NDevices");
+            Eq(p.DeviceMask, 1u, "DeviceMask");
+            using (var c = f.CreateContext(opts))
+            {
+                Assert(c.Info().DeviceName.Contains("2 shards"), "device name " + c.Info().DeviceName);
+                c.Prefill(tokens);
+                Assert(Bytes(c.Logits()).SequenceEqual(want), "split logits differ from the C reference");
+            }
+        }
+        opts.DeviceMask = 0;
+        using (var c = Context.FromGguf(Env("QSP_GGUF_MODEL"), opts))
+        {
+            c.Prefill(tokens);
+            Assert(Bytes(c.Logits()).SequenceEqual(want), "split logits (FromGguf) differ from the C reference");
+        }
+    }
+
     static void GgufBadFiles()
     {
         var dir = Env("QSP_GGUF_BAD_DIR");

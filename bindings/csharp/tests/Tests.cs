@@ -85,9 +85,11 @@ static class TinyModel
         return ls;
     }
 
-    public static Context Create()
+    public static Context Create() { return Create(Params()); }
+
+    public static Context Create(ContextParams p)
     {
-        var c = new Context(Params());
+        var c = new Context(p);
         try
         {
             for (uint l = 0; l < Layers.Length; ++l) c.UploadLayer(l, Layers[l]);
@@ -265,6 +267,65 @@ static partial class Tests
         Throws<ObjectDisposedException>(() => d.Prefill(TinyModel.Tokens), "disposed");
     }
 
+    // ---- tensor parallelism (NDevices / DeviceMask, libqsp >= 1.3) ----
+    // tiny-v1 splits in two (2 KV heads, 128 FFN features; 32 columns of wo
+    // and 64 of w_down per shard: whole blocks). The CPU runs the shards one
+    // after another: logits bit for bit the unsplit model's.
+
+    static ContextParams Split(uint nDevices, uint deviceMask)
+    {
+        var p = TinyModel.Params();
+        p.NDevices = nDevices;
+        p.DeviceMask = deviceMask;
+        return p;
+    }
+
+    static void SplitParamsDefaultToUnsplit()
+    {
+        var p = new ContextParams();
+        Eq(p.NDevices, 0u, "default NDevices");
+        Eq(p.DeviceMask, 0u, "default DeviceMask");
+        p = Split(2, 1);
+        Eq(p.NDevices, 2u, "NDevices");
+        Eq(p.DeviceMask, 1u, "DeviceMask");
+    }
+
+    static void SplitInTwoIsBitIdentical()
+    {
+        var reference = File.ReadAllBytes(Env("QSP_REF_LOGITS"));
+        using (var whole = TinyModel.Create())
+        {
+            whole.Prefill(TinyModel.Tokens);
+            var want = Bytes(whole.Logits());
+            Assert(Same(want, reference), "unsplit logits identical to the C API's");
+            // DeviceMask 0 (devices from DeviceIndex on) and one bit (every
+            // shard on that device): both reach the library, which says how
+            // many shards.
+            foreach (uint mask in new[] { 0u, 1u })
+                using (var c = TinyModel.Create(Split(2, mask)))
+                {
+                    var info = c.Info();
+                    Assert(info.DeviceName.Contains("2 shards"), "mask " + mask + ": device name " + info.DeviceName);
+                    Eq(info.KvCacheBytes, whole.Info().KvCacheBytes, "mask " + mask + ": kv cache bytes");
+                    c.Prefill(TinyModel.Tokens);
+                    Assert(Same(Bytes(c.Logits()), want), "mask " + mask + ": logits identical to the unsplit model's");
+                    Eq(c.GreedyToken(), whole.GreedyToken(), "mask " + mask + ": greedy token");
+                }
+        }
+    }
+
+    static void SplitThatDoesNotDivideIsRefused()
+    {
+        // 2 KV heads over 3 shards.
+        var e = Throws<QspException>(() => new Context(Split(3, 0)), "3 shards");
+        Eq(e.Status, Status.Shape, "3 shards: status");
+        Assert(e.LibraryMessage.Contains("n_kv_heads 2 does not divide over n_devices = 3"), "3 shards: " + e.Message);
+        // A DeviceMask naming 3 devices for 2 shards.
+        e = Throws<QspException>(() => new Context(Split(2, 7)), "mask 0x7");
+        Eq(e.Status, Status.InvalidArgument, "mask 0x7: status");
+        Assert(e.LibraryMessage.Contains("device_mask 0x7"), "mask 0x7: " + e.Message);
+    }
+
     static long Rss()
     {
         var f = File.ReadAllText("/proc/self/statm").Split(' ');
@@ -382,6 +443,9 @@ static partial class Tests
         Run("StructLayoutMatchesC", StructLayoutMatchesC);
         Run("LogitsBitExact", LogitsBitExact);
         Run("ErrorsCarryStatusAndMessage", ErrorsCarryStatusAndMessage);
+        Run("SplitParamsDefaultToUnsplit", SplitParamsDefaultToUnsplit);
+        Run("SplitInTwoIsBitIdentical", SplitInTwoIsBitIdentical);
+        Run("SplitThatDoesNotDivideIsRefused", SplitThatDoesNotDivideIsRefused);
         Run("DisposingContextsLeaksNothing", DisposingContextsLeaksNothing);
         Run("FinalizerFreesForgottenContexts", FinalizerFreesForgottenContexts);
         Run("AbiMismatchIsRefused", AbiMismatchIsRefused);
@@ -393,6 +457,7 @@ static partial class Tests
         Run("GgufStructLayoutMatchesC", GgufStructLayoutMatchesC);
         Run("GgufInfoAndTensors", GgufInfoAndTensors);
         Run("GgufLogitsIdenticalToC", GgufLogitsIdenticalToC);
+        Run("GgufSplitContextIdenticalToC", GgufSplitContextIdenticalToC);
         Run("GgufBadFiles", GgufBadFiles);
         Run("GgufThrowingProgressIsRethrownAndLeavesNothing", GgufThrowingProgressIsRethrownAndLeavesNothing);
         Run("GgufFilesAndContextsLeakNothing", GgufFilesAndContextsLeakNothing);

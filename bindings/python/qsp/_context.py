@@ -127,9 +127,17 @@ class Context:
 
     ``Context(n_layers=..., hidden_size=..., ...)`` takes every field of
     qsp_context_params by name (``rms_eps``, ``rope_theta``, ``rope_style``,
-    ``qk_norm``, ``backend``, ``device_index``, ``n_threads``, ``log_level``
-    have the library's defaults). Close it with ``close()`` or a ``with``
-    block; an unreachable context is also freed by the garbage collector.
+    ``qk_norm``, ``backend``, ``device_index``, ``n_threads``, ``n_devices``,
+    ``device_mask``, ``log_level`` have the library's defaults). Close it
+    with ``close()`` or a ``with`` block; an unreachable context is also
+    freed by the garbage collector.
+
+    Tensor parallelism (libqsp >= 1.3): ``n_devices=N`` splits the model
+    into N shards (0 or 1: unsplit, the default). The CPU runs the shards
+    (1, 2, 4 or 8) one after another, bit-identical to the unsplit model;
+    CUDA with N > 1 raises QspError (UNSUPPORTED) for now, and a shape that
+    does not divide raises QspError (SHAPE). ``device_mask`` names the CUDA
+    devices, bit i = ordinal i (0: N devices from ``device_index`` on).
     """
 
     def __init__(self, **params):
@@ -158,10 +166,11 @@ class Context:
 
     @classmethod
     def from_gguf(cls, path, *, backend=Backend.AUTO, device_index=0, n_threads=0, context_length=0,
-                  progress=None):
+                  n_devices=0, device_mask=0, progress=None):
         """A context holding the whole model of the GGUF file at ``path``,
         ready to prefill. ``context_length``: the KV-cache capacity in tokens
-        (0: the file's context length, at most 8192). ``progress(done_bytes,
+        (0: the file's context length, at most 8192). ``n_devices`` /
+        ``device_mask``: the shards (see Context). ``progress(done_bytes,
         total_bytes)`` is called during the upload; what it raises is raised
         here once the upload returns, and no context is left behind.
         Errors (a missing, truncated, malformed or unsupported file) raise
@@ -169,7 +178,8 @@ class Context:
         from ._gguf import ModelFile  # here: qsp._gguf imports this module
         with ModelFile(path) as f:
             return f.create_context(backend=backend, device_index=device_index, n_threads=n_threads,
-                                    context_length=context_length, progress=progress)
+                                    context_length=context_length, n_devices=n_devices,
+                                    device_mask=device_mask, progress=progress)
 
     # -- lifetime -----------------------------------------------------------
     def close(self):

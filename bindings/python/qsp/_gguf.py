@@ -120,7 +120,8 @@ class ModelFile:
         _check_gguf(_lib.qsp_gguf_find_tensor(self._p(), name.encode(), ctypes.byref(index)))
         return self._tensor(index.value)
 
-    def context_params(self, *, backend=Backend.AUTO, device_index=0, n_threads=0, context_length=0):
+    def context_params(self, *, backend=Backend.AUTO, device_index=0, n_threads=0, context_length=0,
+                       n_devices=0, device_mask=0):
         """The qsp_context_params of this model with these execution options,
         after checking that qsp can run it (QspError UNSUPPORTED /
         BAD_FORMAT otherwise)."""
@@ -130,15 +131,17 @@ class ModelFile:
         p.device_index = device_index
         p.n_threads = n_threads
         p.max_seq_len = context_length
+        p.n_devices = n_devices
+        p.device_mask = device_mask
         _check_gguf(_lib.qsp_gguf_fill_params(self._p(), ctypes.byref(p)))
         return p
 
     def create_context(self, *, backend=Backend.AUTO, device_index=0, n_threads=0, context_length=0,
-                       progress=None):
+                       n_devices=0, device_mask=0, progress=None):
         """A Context with this model's shape and all of its weights (see
         Context.from_gguf for the arguments)."""
         p = self.context_params(backend=backend, device_index=device_index, n_threads=n_threads,
-                                context_length=context_length)
+                                context_length=context_length, n_devices=n_devices, device_mask=device_mask)
         ptr = _ffi.qsp_context_p()
         _check_global(_lib.qsp_context_create(ctypes.byref(p), ctypes.byref(ptr)))
         raised = []

@@ -95,6 +95,25 @@ def test_logits_identical_to_c(path, tokens, ref_logits):
     assert dones[-1] == seen[-1][1]
 
 
+def test_split_context_identical_to_c(path, tokens, ref_logits):
+    """The model file split in two (n_devices / device_mask reach the
+    context): the same logits bit for bit."""
+    with qsp.ModelFile(path) as f:
+        p = f.context_params(backend=qsp.Backend.CPU, n_threads=2)
+        assert (p.n_devices, p.device_mask) == (0, 0)
+        p = f.context_params(backend=qsp.Backend.CPU, n_threads=2, n_devices=2, device_mask=1)
+        assert (p.n_devices, p.device_mask) == (2, 1)
+        with f.create_context(backend=qsp.Backend.CPU, n_threads=2, n_devices=2, device_mask=1) as ctx:
+            assert (ctx.params.n_devices, ctx.params.device_mask) == (2, 1)
+            assert "2 shards" in ctx.info().device_name
+            ctx.prefill(tokens)
+            assert _raw(ctx.logits()) == ref_logits
+    with qsp.Context.from_gguf(path, backend=qsp.Backend.CPU, n_threads=2, n_devices=2) as ctx:
+        assert "2 shards" in ctx.info().device_name
+        ctx.prefill(tokens)
+        assert _raw(ctx.logits()) == ref_logits
+
+
 def test_from_bytes(path, tokens, ref_logits):
     with open(path, "rb") as fh:
         data = bytearray(fh.read())

@@ -183,6 +183,52 @@ def test_errors_carry_status_and_message(model):
         c.prefill(TOKENS)
 
 
+# ---- tensor parallelism (n_devices / device_mask, libqsp >= 1.3) ----------------------
+# tiny-v1 splits in two (2 KV heads, 128 FFN features; 32 columns of wo and 64
+# of w_down per shard: whole blocks). The CPU runs the shards one after
+# another: logits bit for bit the unsplit model's.
+
+def test_split_params_default_to_unsplit():
+    p = _ffi.qsp_context_params()
+    _ffi.lib.qsp_context_params_init(ctypes.byref(p))
+    assert (p.n_devices, p.device_mask) == (0, 0)
+    with qsp.Context(**PARAMS) as ctx:
+        assert (ctx.params.n_devices, ctx.params.device_mask) == (0, 0)
+    with qsp.Context(**dict(PARAMS, n_devices=2, device_mask=1)) as ctx:
+        assert (ctx.params.n_devices, ctx.params.device_mask) == (2, 1)
+
+
+@pytest.mark.parametrize("device_mask", [0, 1])
+def test_split_in_two_is_bit_identical(model, ref_bytes, device_mask):
+    with model.context() as whole:
+        whole.prefill(TOKENS)
+        want = _raw(whole.logits())
+        assert want == ref_bytes
+        # device_mask 0 (devices from device_index on) and one bit (every
+        # shard on that device): both reach the library, which says how many
+        # shards.
+        with model.context(n_devices=2, device_mask=device_mask) as ctx:
+            info = ctx.info()
+            assert "2 shards" in info.device_name
+            assert info.kv_cache_bytes == whole.info().kv_cache_bytes
+            ctx.prefill(TOKENS)
+            assert _raw(ctx.logits()) == want
+            assert ctx.greedy_token() == whole.greedy_token()
+
+
+def test_split_that_does_not_divide_is_refused():
+    # 2 KV heads over 3 shards.
+    with pytest.raises(qsp.QspError) as e:
+        qsp.Context(**dict(PARAMS, n_devices=3))
+    assert e.value.status == qsp.Status.SHAPE
+    assert "n_kv_heads 2 does not divide over n_devices = 3" in e.value.message
+    # A device_mask naming 3 devices for 2 shards.
+    with pytest.raises(qsp.QspError) as e:
+        qsp.Context(**dict(PARAMS, n_devices=2, device_mask=0b111))
+    assert e.value.status == qsp.Status.INVALID_ARGUMENT
+    assert "device_mask 0x7" in e.value.message
+
+
 def _rss_bytes():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -28,6 +28,15 @@ pub struct Params {
     pub device_index: i32,
     /// CPU threads; 0 = one per core.
     pub n_threads: i32,
+    /// Tensor parallelism (libqsp >= 1.3): the model split into this many
+    /// shards; 0 or 1 = unsplit. The CPU runs the shards (1, 2, 4 or 8) one
+    /// after another, bit-identical to the unsplit model; CUDA with more than
+    /// one is `Unsupported` for now. A shape that does not divide is `Shape`.
+    pub n_devices: u32,
+    /// The shards' CUDA devices, bit i = ordinal i: `n_devices` bits (a shard
+    /// per device), one bit (every shard on that device) or 0 (`n_devices`
+    /// devices from `device_index` on). Checked, not used, on the CPU.
+    pub device_mask: u32,
     /// Most verbose level logged (to the process-wide sink), `QSP_LOG_*`.
     pub log_level: i32,
 }
@@ -58,6 +67,8 @@ impl Params {
             backend: Backend::from_raw(p.backend),
             device_index: p.device_index,
             n_threads: p.n_threads,
+            n_devices: p.n_devices,
+            device_mask: p.device_mask,
             log_level: p.log_level,
         }
     }
@@ -204,6 +215,8 @@ impl Context {
         p.backend = params.backend as i32;
         p.device_index = params.device_index;
         p.n_threads = params.n_threads;
+        p.n_devices = params.n_devices;
+        p.device_mask = params.device_mask;
         p.log_level = params.log_level;
         let mut out: *mut sys::qsp_context = ptr::null_mut();
         check_global(unsafe { sys::qsp_context_create(&p, &mut out) })?;

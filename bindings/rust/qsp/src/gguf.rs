@@ -31,11 +31,22 @@ pub struct ExecOptions {
     /// KV-cache capacity in tokens; 0 = the file's context length, at most
     /// 8192 (a larger value is capped at the file's).
     pub context_length: u32,
+    /// Shards of the model (libqsp >= 1.3; see [`Params::n_devices`]); 0 = unsplit.
+    pub n_devices: u32,
+    /// Their CUDA devices (see [`Params::device_mask`]); 0 = from `device_index` on.
+    pub device_mask: u32,
 }
 
 impl Default for ExecOptions {
     fn default() -> ExecOptions {
-        ExecOptions { backend: Backend::Auto, device_index: 0, n_threads: 0, context_length: 0 }
+        ExecOptions {
+            backend: Backend::Auto,
+            device_index: 0,
+            n_threads: 0,
+            context_length: 0,
+            n_devices: 0,
+            device_mask: 0,
+        }
     }
 }
 
@@ -246,6 +257,8 @@ impl ModelFile {
         p.device_index = opts.device_index;
         p.n_threads = opts.n_threads;
         p.max_seq_len = opts.context_length;
+        p.n_devices = opts.n_devices;
+        p.device_mask = opts.device_mask;
         check_gguf(unsafe { sys::qsp_gguf_fill_params(self.ptr.as_ptr(), &mut p) })?;
         Ok(Params::from_raw(&p))
     }

@@ -136,7 +136,11 @@ impl Model {
     }
 
     fn context(&self) -> qsp::Result<Context> {
-        let mut ctx = Context::new(&params())?;
+        self.context_with(&params())
+    }
+
+    fn context_with(&self, p: &Params) -> qsp::Result<Context> {
+        let mut ctx = Context::new(p)?;
         for l in 0..self.layers.len() {
             ctx.upload_layer(l as u32, &self.layer(l))?;
         }
@@ -487,4 +491,56 @@ fn prefill_batch_serving_loop() {
         }
         assert_eq!(outputs[i], alone, "request {}", i);
     }
+}
+
+// ---- tensor parallelism (n_devices / device_mask, libqsp >= 1.3) ----------------------
+// tiny-v1 splits in two (2 KV heads, 128 FFN features; 32 columns of wo and
+// 64 of w_down per shard: whole blocks). The CPU runs the shards one after
+// another: logits bit for bit the unsplit model's.
+
+fn split(n_devices: u32, device_mask: u32) -> Params {
+    Params { n_devices, device_mask, ..params() }
+}
+
+#[test]
+fn split_params_default_to_unsplit() {
+    let p = Params::default();
+    assert_eq!((p.n_devices, p.device_mask), (0, 0));
+    let q = split(2, 1);
+    assert_eq!((q.n_devices, q.device_mask), (2, 1));
+    assert_eq!(Params { n_devices: 0, device_mask: 0, ..q.clone() }, params());
+}
+
+#[test]
+fn split_in_two_is_bit_identical() {
+    let m = Model::new();
+    let mut whole = m.context().unwrap();
+    whole.prefill(&TOKENS).unwrap();
+    let want = bytes_of(whole.logits().unwrap());
+    if let Some(r) = reference() {
+        assert!(want == r, "unsplit logits differ from the C API's");
+    }
+    // device_mask 0 (devices from device_index on) and one bit (every shard
+    // on that device): both reach the library, which says how many shards.
+    for mask in [0u32, 1] {
+        let mut ctx = m.context_with(&split(2, mask)).unwrap();
+        let info = ctx.info().unwrap();
+        assert!(info.device_name.contains("2 shards"), "{}", info.device_name);
+        assert_eq!(info.kv_cache_bytes, whole.info().unwrap().kv_cache_bytes);
+        ctx.prefill(&TOKENS).unwrap();
+        assert!(bytes_of(ctx.logits().unwrap()) == want, "mask {:#x}: logits differ from the unsplit model's", mask);
+        assert_eq!(ctx.greedy_token().unwrap(), whole.greedy_token().unwrap());
+    }
+}
+
+#[test]
+fn split_that_does_not_divide_is_refused() {
+    // 2 KV heads over 3 shards.
+    let e = Context::new(&split(3, 0)).unwrap_err();
+    assert_eq!(e.status(), Status::Shape);
+    assert!(e.message().contains("n_kv_heads 2 does not divide over n_devices = 3"), "{}", e);
+    // A device_mask naming 3 devices for 2 shards.
+    let e = Context::new(&split(2, 0b111)).unwrap_err();
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("device_mask 0x7"), "{}", e);
 }

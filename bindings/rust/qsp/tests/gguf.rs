@@ -110,6 +110,27 @@ fn logits_identical_to_c() {
     assert_eq!(seen.last().unwrap().0, total);
 }
 
+/// The model file split in two (ExecOptions' n_devices / device_mask reach
+/// the context): the same logits bit for bit.
+#[test]
+fn split_context_identical_to_c() {
+    let want = ref_logits();
+    let f = ModelFile::open(env("QSP_GGUF_MODEL")).unwrap();
+    assert_eq!((ExecOptions::default().n_devices, ExecOptions::default().device_mask), (0, 0));
+    let p = f.params(&cpu(2)).unwrap();
+    assert_eq!((p.n_devices, p.device_mask), (0, 0));
+    let opts = ExecOptions { n_devices: 2, device_mask: 1, ..cpu(2) };
+    let p = f.params(&opts).unwrap();
+    assert_eq!((p.n_devices, p.device_mask), (2, 1));
+    let mut ctx = f.create_context(&opts).unwrap();
+    assert!(ctx.info().unwrap().device_name.contains("2 shards"), "{}", ctx.info().unwrap().device_name);
+    ctx.prefill(&tokens()).unwrap();
+    assert!(same_bits(ctx.logits().unwrap(), &want));
+    let mut ctx = Context::from_gguf(env("QSP_GGUF_MODEL"), &ExecOptions { device_mask: 0, ..opts }).unwrap();
+    ctx.prefill(&tokens()).unwrap();
+    assert!(same_bits(ctx.logits().unwrap(), &want));
+}
+
 #[test]
 fn bad_files() {
     let dir = env("QSP_GGUF_BAD_DIR");
