@@ -8,6 +8,8 @@
 #   gguf_spec          an independent Python GGUF reader accepts what `qsp synth` writes
 #   tokenizer          text in, text out: qsp tokenize, --prompt, --chat, generate's text, on
 #                      files with a tokenizer written by TOK_GGUF_BINARY (tests/cli/tok_gguf.cpp)
+#   devices            --devices / --shards (tensor parallelism): usage errors, the CPU shard mode
+#                      equals the unsplit model, splits that do not divide, info's per-device memory
 set -uo pipefail
 mode=$1 qsp=$2 api=$3 tokgguf=${4:-}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -340,6 +342,118 @@ tokenizer)
   expect 1 "$qsp" prefill "$work/none.gguf" --prompt hi --chat --backend cpu && err_has "has no chat template"
   expect 1 "$qsp" prefill "$work/vocab.gguf" --prompt hi --backend cpu && err_has "vocab.gguf"
   expect 2 "$qsp" prefill "$m" --prompt "" --backend cpu && err_has "empty"
+  ;;
+
+devices)
+  m="$work/tiny.gguf"
+  expect 0 "$qsp" synth --preset tiny --type q4_0 "$m" || exit 1
+  for c in info prefill generate bench; do
+    expect 0 "$qsp" $c --help && out_has "--devices LIST" && out_has "--shards N"
+  done
+  # Usage errors (exit 2, one line naming the problem), on every command that takes the options.
+  for c in prefill generate bench info; do
+    args=()
+    [ "$c" = prefill ] || [ "$c" = generate ] && args=(--random 4)
+    expect 2 "$qsp" $c "$m" "${args[@]}" --devices 0,0 && err_has "names device 0 twice"
+    expect 2 "$qsp" $c "$m" "${args[@]}" --devices x && err_has "--devices expects comma-separated CUDA device ordinals"
+    expect 2 "$qsp" $c "$m" "${args[@]}" --devices=-1 && err_has "ordinals are not negative"
+    expect 2 "$qsp" $c "$m" "${args[@]}" --devices 0,32 && err_has "32 is past 31"
+    expect 2 "$qsp" $c "$m" "${args[@]}" --devices 0,,1 && err_has "--devices expects"
+    expect 2 "$qsp" $c "$m" "${args[@]}" --devices "" && err_has "--devices expects"
+    expect 2 "$qsp" $c "$m" "${args[@]}" --shards 0 && err_has "--shards expects an integer in \[1, 32\]"
+    expect 2 "$qsp" $c "$m" "${args[@]}" --shards 33 && err_has "--shards"
+    expect 2 "$qsp" $c "$m" "${args[@]}" --devices 0,1 --shards 4 && err_has "as many devices as shards"
+  done
+  expect 2 "$qsp" prefill "$m" --random 4 --device 1 --devices 0,1 && err_has "--device and --devices exclude each other"
+  expect 2 "$qsp" prefill "$m" --random 4 --device 40 --shards 2 && err_has "0 to 31"
+
+  # The CPU shard mode is the unsplit model, bit for bit: the same top-5 lines and logits.
+  topk() { grep -E '^ +[0-9]+\. token ' "$work/out"; }
+  expect 0 "$qsp" prefill "$m" --random 40 --seed 3 --backend cpu -t 2 --logits-out "$work/whole.bin" || exit 1
+  topk >"$work/whole.top"
+  [ -s "$work/whole.top" ] || fail "prefill printed no top-K lines"
+  grep -q '^split:' "$work/out" && fail "an unsplit prefill printed a split line"
+  for split in "--shards 2" "--devices 0,1" "--devices 3 --shards 2" "--shards 2 --chunk 7" "--shards 1"; do
+    # shellcheck disable=SC2086
+    expect 0 "$qsp" prefill "$m" --random 40 --seed 3 --backend cpu -t 2 $split --logits-out "$work/split.bin" || continue
+    topk | diff -q "$work/whole.top" - >/dev/null || { fail "prefill $split: top-K differs from the unsplit model"; topk; }
+    cmp -s "$work/whole.bin" "$work/split.bin" || fail "prefill $split: logits differ from the unsplit model"
+    case "$split" in
+    *"--shards 1"*) ;;
+    *) out_has "2 shards" && out_has "^split: 2 shards, one after another on the CPU" ;;
+    esac
+  done
+  # generate: the same greedy ids, one sequence and several (qsp_prefill_batch).
+  expect 0 "$qsp" generate "$m" --tokens 1,2,3 --tokens 4,5 -n 6 --backend cpu && grep '^generated' "$work/out" >"$work/g1"
+  expect 0 "$qsp" generate "$m" --tokens 1,2,3 --tokens 4,5 -n 6 --backend cpu --shards 2 \
+    && grep '^generated' "$work/out" >"$work/g2"
+  [ -s "$work/g1" ] && diff -q "$work/g1" "$work/g2" >/dev/null || fail "generate --shards 2 differs from the unsplit model"
+  expect 0 "$qsp" generate "$m" --tokens 1,2,3 -n 5 --backend cpu && grep '^generated' "$work/out" >"$work/g1"
+  expect 0 "$qsp" generate "$m" --tokens 1,2,3 -n 5 --backend cpu --devices 0,1 && grep '^generated' "$work/out" >"$work/g2"
+  [ -s "$work/g1" ] && diff -q "$work/g1" "$work/g2" >/dev/null || fail "generate --devices 0,1 differs from the unsplit model"
+  expect 0 "$qsp" bench "$m" -p 16 -r 1 --warmup 0 --backend cpu --shards 2 && out_has "2 shards" && out_has "median ms"
+  expect 0 "$qsp" bench "$m" --batch 2 -p 8 -r 1 --warmup 0 --backend cpu --devices 0,1 && out_has "speedup"
+
+  # Splits the model does not divide: a clean runtime error (exit 1, one line) naming what.
+  expect 1 "$qsp" prefill "$m" --random 4 --backend cpu --shards 3 && err_has "n_kv_heads 2 does not divide" \
+    && err_has "3 shards"
+  expect 1 "$qsp" generate "$m" --tokens 1,2 --backend cpu --devices 0,1,2,3 && err_has "n_kv_heads 2 does not divide"
+  expect 1 "$qsp" bench "$m" -p 8 -r 1 --backend cpu --shards 8 && err_has "n_kv_heads 2 does not divide"
+  expect 0 "$qsp" synth --preset micro "$work/micro.gguf"
+  expect 1 "$qsp" prefill "$work/micro.gguf" --random 4 --backend cpu --shards 2 && err_has "n_kv_heads 1 does not divide"
+  # A K-quant wo / w_down needs whole 256-element blocks per shard: tiny's 256 columns of wo over 2 do not.
+  expect 0 "$qsp" synth --preset tiny --type q4_k_m "$work/mix.gguf"
+  expect 1 "$qsp" prefill "$work/mix.gguf" --random 4 --backend cpu --shards 2 && err_has "whole 256-element blocks"
+  # CUDA with several devices: not yet (QSP_ERR_UNSUPPORTED), or no device here: a clean error (once
+  # multi-GPU runs, a host with two GPUs succeeds); never a crash.
+  "$qsp" prefill "$m" --random 4 --backend cuda --devices 0,1 >"$work/out" 2>"$work/err"
+  rc=$?
+  if [ "$rc" = 1 ]; then
+    [ "$(wc -l <"$work/err")" = 1 ] && grep -q '^qsp: error: .*CUDA' "$work/err" \
+      || { fail "--backend cuda --devices 0,1: not one clean error line"; cat "$work/err"; }
+  elif [ "$rc" != 0 ]; then
+    fail "--backend cuda --devices 0,1 exited $rc"
+    cat "$work/err"
+  fi
+
+  # qsp info: per device, its shard's weights and its KV cache per 1024 tokens.
+  # bytes_of PATTERN: the sum of the bytes column of `info --tensors` ($work/tensors) over names matching PATTERN.
+  expect 0 "$qsp" info "$m" --tensors && cp "$work/out" "$work/tensors"
+  bytes_of() { grep -E '^ +[0-9]+  ' "$work/tensors" | awk -v p="$1" '$2 ~ p {s += $(NF-1)} END {printf "%d\n", s}'; }
+  total=$(bytes_of '.')
+  replicated=$(bytes_of '^(token_embd|output_norm)\.weight$|_norm\.weight$')
+  [ "$total" -gt 0 ] && [ "$replicated" -gt 0 ] || fail "no tensor bytes from info --tensors"
+  # dev_lines: "LABEL WEIGHT_BYTES KV_BYTES" of each device / shard line of the last info.
+  dev_lines() { sed -nE 's/^((device|shard) [0-9]+): +weights [^(]*\(([0-9]+) B\), KV cache [^(]*\(([0-9]+) B\) per 1024 tokens$/\1 \3 \4/p' "$work/out"; }
+  sum_col() { awk -v c="$1" '{s += $c} END {printf "%d\n", s}'; }
+  expect 0 "$qsp" info "$m" && out_has "^split: *unsplit on device 0" && out_has "fp16"
+  dev_lines >"$work/d1"
+  [ "$(wc -l <"$work/d1")" = 1 ] || fail "info: expected one device line"
+  read -r _ _ w1 kv1 <"$work/d1"
+  [ "$w1" = "$total" ] || fail "info: the one device holds $w1 B of weights, the file $total"
+  # tiny: 2 layers x 2 KV heads x 64 x 1024 tokens x K and V x fp16.
+  [ "$kv1" = $((2 * 2 * 64 * 1024 * 2 * 2)) ] || fail "info: KV cache $kv1 B per 1024 tokens"
+  for split in "--shards 2" "--devices 0,3"; do
+    # shellcheck disable=SC2086
+    expect 0 "$qsp" info "$m" $split || continue
+    dev_lines >"$work/d2"
+    [ "$(wc -l <"$work/d2")" = 2 ] || { fail "info $split: expected 2 device lines"; cat "$work/d2"; continue; }
+    s_split=$(sed -nE 's/^ +split: .*\(([0-9]+) B\) over the shards.*/\1/p' "$work/out")
+    s_repl=$(sed -nE 's/^ +replicated: .*\(([0-9]+) B\) on each.*/\1/p' "$work/out")
+    [ "$s_repl" = "$replicated" ] || fail "info $split: replicated $s_repl B, token_embd + the norms are $replicated B"
+    [ "$((s_split + s_repl))" = "$total" ] || fail "info $split: split $s_split + replicated $s_repl != $total B"
+    sum=$(sum_col 3 <"$work/d2")
+    [ "$sum" = "$((s_split + 2 * s_repl))" ] || fail "info $split: devices hold $sum B, expected split + 2 x replicated"
+    [ "$(awk '{print $3}' "$work/d2" | sort -u | wc -l)" = 1 ] || fail "info $split: the shards' weights differ"
+    [ "$(sum_col 4 <"$work/d2")" = "$kv1" ] || fail "info $split: the shards' KV caches do not add up to the unsplit one"
+  done
+  expect 0 "$qsp" info "$m" --shards 2 && out_has "^shard 0: " && out_has "^shard 1: " && out_has "in turn on device 0"
+  expect 0 "$qsp" info "$m" --devices 0,3 && out_has "^device 0: " && out_has "^device 3: " \
+    && out_has "one per CUDA device (0, 3)"
+  expect 0 "$qsp" info "$m" --devices 2 && out_has "^split: *unsplit on device 2" && out_has "^device 2: "
+  expect 0 "$qsp" info "$m" --device 5 --shards 2 && out_has "2 shards in turn on device 5" && out_has "^shard 1: "
+  expect 1 "$qsp" info "$m" --shards 3 && err_has "n_kv_heads 2 does not divide"
+  expect 1 "$qsp" info "$work/mix.gguf" --shards 2 && err_has "not whole q4_K blocks"
   ;;
 
 *)

@@ -105,10 +105,85 @@ std::vector<int32_t> parse_token_list(const std::string& flag, const std::string
   return out;
 }
 
+const std::vector<OptionSpec> kDeviceOptions = {{"--devices", nullptr, true}, {"--shards", nullptr, true}};
+
 const std::vector<OptionSpec> kExecOptions = {
-    {"--backend", nullptr, true}, {"--device", nullptr, true}, {"--threads", "-t", true},
-    {"--ctx", "-c", true},        {"--verbose", "-v", false},
+    {"--backend", nullptr, true}, {"--device", nullptr, true}, {"--devices", nullptr, true},
+    {"--shards", nullptr, true},  {"--threads", "-t", true},   {"--ctx", "-c", true},
+    {"--verbose", "-v", false},
 };
+
+std::string DeviceSplit::describe() const {
+  const std::string n = std::to_string(shards());
+  if (shards() <= 1) return "unsplit on device " + std::to_string(device_index);
+  if (one_device) return n + " shards in turn on device " + std::to_string(devices[0]);
+  std::string list;
+  for (int32_t d : devices) list += (list.empty() ? "" : ", ") + std::to_string(d);
+  return n + " shards, one per CUDA device (" + list + ")";
+}
+
+DeviceSplit device_split(const ParsedArgs& a) {
+  // device_mask has 32 bits: the ordinals a split can name.
+  constexpr uint32_t kMaxOrdinal = 31, kMaxShards = 32;
+  DeviceSplit d;
+  if (a.has("--device") && a.has("--devices"))
+    throw UsageError("--device and --devices exclude each other (--devices 1 is --device 1)");
+  if (a.has("--device")) d.device_index = int32_t(parse_uint("--device", a.get("--device"), 0, 1024));
+  std::vector<int32_t> list;
+  if (a.has("--devices")) {
+    const std::string s = a.get("--devices");
+    const std::string expects =
+        "--devices expects comma-separated CUDA device ordinals from 0 to " + std::to_string(kMaxOrdinal) +
+        " (e.g. 0,1), got '" + s + "'";
+    size_t start = 0;
+    while (true) {
+      const size_t comma = s.find(',', start);
+      const std::string item = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (item.empty() || item.size() > 9 || item.find_first_not_of("0123456789") != std::string::npos)
+        throw UsageError(expects + (item.size() > 1 && item[0] == '-' &&
+                                            item.find_first_not_of("0123456789", 1) == std::string::npos
+                                        ? ": ordinals are not negative"
+                                        : ""));
+      const uint64_t v = std::stoull(item);
+      if (v > kMaxOrdinal)
+        throw UsageError(expects + ": " + item + " is past " + std::to_string(kMaxOrdinal) +
+                         " (qsp_context_params.device_mask has 32 bits)");
+      if (std::find(list.begin(), list.end(), int32_t(v)) != list.end())
+        throw UsageError("--devices " + s + " names device " + item + " twice: one shard per device");
+      list.push_back(int32_t(v));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  const uint32_t shards =
+      a.has("--shards") ? uint32_t(parse_uint("--shards", a.get("--shards"), 1, kMaxShards)) : 0;
+  if (list.size() > 1) {
+    // A shard per device, the all-reduces between them.
+    if (shards && shards != list.size())
+      throw UsageError("--shards " + std::to_string(shards) + " with --devices " + a.get("--devices") +
+                       " (" + std::to_string(list.size()) + " devices): give --devices one device (every shard "
+                       "in turn on it) or as many devices as shards");
+    d.devices = list;
+    d.device_index = list[0];
+    d.n_devices = uint32_t(list.size());
+    for (int32_t v : list) d.device_mask |= 1u << v;
+    return d;
+  }
+  if (!list.empty()) d.device_index = list[0];
+  if (!shards) {  // unsplit on one device
+    d.devices = {d.device_index};
+    return d;
+  }
+  // --shards N: every shard in turn on one device, a local sum in place of the all-reduce.
+  if (uint32_t(d.device_index) > kMaxOrdinal)
+    throw UsageError("--shards runs on one device named by a device_mask bit: the device must be 0 to " +
+                     std::to_string(kMaxOrdinal) + ", got --device " + std::to_string(d.device_index));
+  d.n_devices = shards;
+  d.device_mask = 1u << d.device_index;
+  d.devices.assign(shards, d.device_index);
+  d.one_device = shards > 1;
+  return d;
+}
 
 ExecOptions exec_options(const ParsedArgs& a) {
   ExecOptions e;
@@ -119,7 +194,7 @@ ExecOptions exec_options(const ParsedArgs& a) {
     else if (b == "cuda") e.backend = QSP_BACKEND_CUDA;
     else throw UsageError("--backend expects auto, cpu or cuda, got '" + b + "'");
   }
-  if (a.has("--device")) e.device = int32_t(parse_uint("--device", a.get("--device"), 0, 1024));
+  e.split = device_split(a);
   if (a.has("--threads")) e.threads = int32_t(parse_uint("--threads", a.get("--threads"), 0, 4096));
   if (a.has("--ctx")) e.ctx = uint32_t(parse_uint("--ctx", a.get("--ctx"), 1, 1u << 24));
   e.verbose = a.has("--verbose");
@@ -210,7 +285,9 @@ qsp_context* Model::create_context(const ExecOptions& e, uint32_t needed, double
   qsp_context_params p;
   qsp_context_params_init(&p);
   p.backend = e.backend;
-  p.device_index = e.device;
+  p.device_index = e.split.device_index;
+  p.n_devices = e.split.n_devices;
+  p.device_mask = e.split.device_mask;
   p.n_threads = e.threads;
   if (e.verbose) {
     p.log_callback = log_to_stderr;
@@ -227,7 +304,11 @@ qsp_context* Model::create_context(const ExecOptions& e, uint32_t needed, double
   if (e.backend == QSP_BACKEND_CUDA && !qsp_backend_available(QSP_BACKEND_CUDA))
     throw RuntimeError("--backend cuda: no usable CUDA device (or qsp was built without CUDA); try --backend cpu");
   qsp_context* ctx = nullptr;
-  check(qsp_context_create(&p, &ctx), nullptr, "creating the context");
+  // A split the model does not divide (QSP_ERR_SHAPE), or one the backend
+  // does not run (QSP_ERR_UNSUPPORTED: several devices on CUDA, for now):
+  // the library's message, after what was asked.
+  check(qsp_context_create(&p, &ctx), nullptr,
+        e.split.shards() > 1 ? "creating the context (" + e.split.describe() + ")" : "creating the context");
   ProgressBar bar("uploading " + label_, 32ull << 20);
   const double t0 = now_seconds();
   if (qsp_gguf_upload(g_, ctx, upload_progress, &bar) != QSP_OK) {

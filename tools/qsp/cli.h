@@ -49,11 +49,30 @@ uint64_t parse_uint(const std::string& flag, const std::string& s, uint64_t min,
 std::vector<int32_t> parse_token_list(const std::string& flag, const std::string& s);
 std::vector<uint64_t> parse_uint_list(const std::string& flag, const std::string& s, uint64_t min, uint64_t max);
 
+// Where the model runs, from --device / --devices LIST / --shards N (also
+// `qsp info`): the qsp_context_params fields n_devices, device_mask and
+// device_index (qsp.h, tensor parallelism). UsageError for a malformed list
+// (not numbers, an ordinal outside [0, 31], one given twice), --device with
+// --devices, or --shards with a device list of another length.
+struct DeviceSplit {
+  int32_t device_index = 0;      // --device N, or the one entry of --devices
+  uint32_t n_devices = 0;        // 0: unsplit
+  uint32_t device_mask = 0;      // the CUDA devices, bit i = ordinal i
+  std::vector<int32_t> devices;  // the device of each shard (one entry: unsplit)
+  bool one_device = false;       // --shards N: every shard in turn on one device
+  uint32_t shards() const { return uint32_t(devices.size()); }
+  // "unsplit on device 0", "2 shards, one per CUDA device (0, 1)", "2 shards in turn on device 0"
+  std::string describe() const;
+};
+extern const std::vector<OptionSpec> kDeviceOptions;  // --devices, --shards
+extern const char* const kDeviceHelp;
+DeviceSplit device_split(const ParsedArgs& a);
+
 // Options of every command that runs a model.
 extern const std::vector<OptionSpec> kExecOptions;
 struct ExecOptions {
   int32_t backend = QSP_BACKEND_AUTO;
-  int32_t device = 0;
+  DeviceSplit split;  // device_index / n_devices / device_mask of the context
   int32_t threads = 0;
   uint32_t ctx = 0;  // 0: what the command needs
   bool verbose = false;

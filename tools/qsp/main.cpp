@@ -22,7 +22,7 @@ void usage(std::FILE* out) {
                "Prompt prefill of quantized Qwen3 / Llama GGUF models (qsp %s).\n"
                "\n"
                "commands:\n"
-               "  info     [MODEL]            architecture, shapes, tensor types, memory needed\n"
+               "  info     [MODEL] [--devices LIST]  architecture, shapes, tensor types, memory needed (per device)\n"
                "  prefill  [MODEL] --prompt TEXT | --tokens 1,2,3 | --random N   run a prompt: time, tokens/s, top-K\n"
                "  generate [MODEL] --prompt TEXT [--chat] | --tokens ... [-n N] [--parallel P]  greedy continuation\n"
                "  tokenize MODEL TEXT                            token ids and pieces of TEXT\n"
@@ -31,6 +31,8 @@ void usage(std::FILE* out) {
                "  help [COMMAND]                                 show help\n"
                "\n"
                "Without MODEL, commands run on a built-in tiny model (no file needed).\n"
+               "prefill, generate and bench take --devices 0,1 (the model split over those\n"
+               "CUDA devices: tensor parallelism) or --shards N (N shards in turn on one device).\n"
                "With no command at all, qsp runs the demo: prefill 128 random tokens on the\n"
                "built-in model and print the backend, time, tokens/s and top-5 tokens.\n"
                "'qsp COMMAND --help' describes each command; --version prints the version.\n",
