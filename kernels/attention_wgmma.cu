@@ -33,6 +33,7 @@
 #include <cmath>
 
 #include "kernels/attention_wgmma.h"
+#include "kernels/pdl.h"
 #include "kernels/per_device.h"
 #include "kernels/ptx.cuh"
 #include "kernels/sm90.cuh"
@@ -70,6 +71,8 @@ __device__ __forceinline__ uint32_t q_chunk(int r, int c) {
 __global__ void __launch_bounds__(kThreads, 1)
     attn_wgmma_kernel(const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap, const Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t sK = base + kOffK, sV = base + kOffV, sQ = base + kOffQ;
@@ -331,8 +334,7 @@ cudaError_t run(const Args& a, cudaStream_t stream) {
   }
   const int tokens = kBlockM / a.gp;
   const dim3 grid(unsigned((a.M + tokens - 1) / tokens), unsigned(a.n_kv_heads * (a.group / a.gp)));
-  attn_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(kmap, vmap, a);
-  return cudaGetLastError();
+  return launch_pdl(attn_wgmma_kernel, grid, dim3(kThreads), kSmemBytes, stream, kmap, vmap, a);
 #else
   (void)a, (void)stream;
   return cudaErrorNotSupported;

@@ -16,6 +16,7 @@
 
 #include "kernels/formats/formats.cuh"
 #include "kernels/gemm_internal.cuh"
+#include "kernels/pdl.h"
 #include "kernels/per_device.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
@@ -38,6 +39,8 @@ constexpr int mma_smem_bytes() {
 // grid = (ceil(N / real block columns), ceil(M / BM), K splits); block = C::kThreads.
 template <WFormat F, class C, Epilogue EP>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks) gemm_mma_kernel(const KArgs a) {
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
   using T = WTraits<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int kS = T::kStages;
@@ -293,19 +296,15 @@ cudaError_t launch_cfg(KArgs a, int dev, int ks, int real_cols, cudaStream_t str
   if (ks > 1 && !(C::kSplit && cluster_capable(cluster_once, dev, kernel))) ks = 1;
   a.chunks_per_split = (a.KC + ks - 1) / ks;
   const dim3 grid((a.o.N + real_cols - 1) / real_cols, (a.o.M + C::BM - 1) / C::BM, ks);
-  if (ks == 1) {
-    kernel<<<grid, C::kThreads, kSmem, stream>>>(a);
-    return cudaGetLastError();
-  }
-  const ClusterZLaunch cl(grid, C::kThreads, kSmem, stream);
+  if (ks == 1) return launch_pdl(kernel, grid, dim3(C::kThreads), kSmem, stream, a);
+  const ClusterZLaunch cl(grid, C::kThreads, kSmem, stream, pdl_enabled(stream));
   e = cudaLaunchKernelEx(&cl.cfg, kernel, a);
   if (e == cudaSuccess) return cudaGetLastError();
   // A cluster that cannot be scheduled is a launch-configuration error (not
   // sticky): run unsplit instead of failing the whole forward pass.
   (void)cudaGetLastError();
   a.chunks_per_split = a.KC;
-  kernel<<<dim3(grid.x, grid.y, 1), C::kThreads, kSmem, stream>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(kernel, dim3(grid.x, grid.y, 1), dim3(C::kThreads), kSmem, stream, a);
 }
 
 }  // namespace

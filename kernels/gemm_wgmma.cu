@@ -38,6 +38,7 @@
 
 #include "kernels/formats/formats.cuh"
 #include "kernels/gemm_wgmma.h"
+#include "kernels/pdl.h"
 #include "kernels/per_device.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
@@ -80,6 +81,8 @@ struct Layout {
 template <WFormat F, int BT, Epilogue EP, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
   using L = Layout<F, BT>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int kS = L::kStages;
@@ -257,11 +260,8 @@ cudaError_t launch_one(const Args& a, const CUtensorMap& map, dim3 grid, cudaStr
     (void)cudaGetLastError();
     return cudaErrorNotSupported;
   }
-  if (!kSplit) {
-    kernel<<<grid, kThreads, L::kBytes, stream>>>(map, a);
-    return cudaGetLastError();
-  }
-  const ClusterZLaunch cl(grid, kThreads, L::kBytes, stream);
+  if (!kSplit) return launch_pdl(kernel, grid, dim3(kThreads), L::kBytes, stream, map, a);
+  const ClusterZLaunch cl(grid, kThreads, L::kBytes, stream, pdl_enabled(stream));
   return cudaLaunchKernelEx(&cl.cfg, kernel, map, a);
 }
 

@@ -8,12 +8,10 @@
 // latency of that round and the launch of the grid overlap the previous
 // kernel's tail instead of following it.
 //
-// Launched through launch_pdl: the GEMV, RMSNorm, QK-norm + RoPE, the
-// mma.sync attention and its split combine, the embedding, the argmax: the
-// kernels of the decode step besides the GEMMs. The tensor-core GEMMs and
-// the wgmma attention launch as before: a grid launched without the attribute
-// starts after the previous one completes, whatever that one signalled.
-// The rule every kernel launched through launch_pdl keeps:
+// Every kernel of a forward pass launches with the attribute (launch_pdl, or
+// ClusterZLaunch's `pdl` for the split-K GEMMs), so each grid is resident
+// and waiting when the one before it drains: at 128-512 tokens a layer's ~10
+// kernels are a few microseconds each. The rule each of them keeps:
 //   - before pdl_wait(): read only memory no kernel of the forward pass
 //     writes (weights, the model's constants), write nothing;
 //   - pdl_wait() on every path before the first other global access;
@@ -52,9 +50,12 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Whether launches on the current device use PDL: compute capability >= 9
-// and QSP_PDL not "0".
-inline bool pdl_enabled() {
+// Whether a launch on `stream` on the current device uses PDL: compute
+// capability >= 9, QSP_PDL not "0", and a stream of qsp's own (the backends
+// launch on theirs; a test's launch on the legacy default stream, with its
+// implicit synchronization, stays a plain launch).
+inline bool pdl_enabled(cudaStream_t stream) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return false;
   static const bool env_on = [] {
     const char* v = std::getenv("QSP_PDL");
     return !(v && std::strcmp(v, "0") == 0);
@@ -77,7 +78,7 @@ inline bool pdl_enabled() {
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute
-// where pdl_enabled(). The kernel must keep the rule above.
+// where pdl_enabled(stream). The kernel must keep the rule above.
 template <class... P, class... A>
 cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                        A&&... args) {
@@ -90,7 +91,7 @@ cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = pdl_enabled(stream) ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 

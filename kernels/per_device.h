@@ -61,12 +61,13 @@ cudaError_t set_smem_once(PerDevice& once, int dev, Kernel kernel, int bytes) {
 
 // The launch configuration of a grid whose blocks along z form one
 // (1, 1, grid.z) thread-block cluster (the GEMMs' split-K): for
-// cudaLaunchKernelEx and cudaOccupancyMaxActiveClusters. Not copyable (cfg
+// cudaLaunchKernelEx and cudaOccupancyMaxActiveClusters; `pdl` adds the
+// programmatic-dependent-launch attribute (kernels/pdl.h). Not copyable (cfg
 // points at attr).
 struct ClusterZLaunch {
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg;
-  ClusterZLaunch(dim3 grid, int threads, size_t smem, cudaStream_t stream) : attr{}, cfg{} {
+  ClusterZLaunch(dim3 grid, int threads, size_t smem, cudaStream_t stream, bool pdl = false) : attr{}, cfg{} {
     cfg.gridDim = grid;
     cfg.blockDim = dim3(unsigned(threads));
     cfg.dynamicSmemBytes = smem;
@@ -75,8 +76,10 @@ struct ClusterZLaunch {
     attr[0].val.clusterDim.x = 1;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = grid.z;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = pdl ? 2 : 1;
   }
   ClusterZLaunch(const ClusterZLaunch&) = delete;
   ClusterZLaunch& operator=(const ClusterZLaunch&) = delete;
