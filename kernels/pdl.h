@@ -23,8 +23,16 @@
 //
 // Both device calls are no-ops in a grid launched without the attribute, and
 // compile to nothing before sm_90. The host side launches with the attribute
-// on sm_90+ devices unless QSP_PDL=0 is set in the environment (read once:
-// A/B measurements in one build, and a switch to rule PDL out of a bug).
+// only where QSP_PDL=1 is set in the environment (read once), on sm_90+:
+// OFF BY DEFAULT. On the H200 (2026-12-04, bench/RESULTS.md) it took the
+// 0.6B decode step from 0.806 to 0.710 ms but made 0.6B 128-token prompts
+// 8% slower and the 8B step 2% slower, and every K-quant whole-model test
+// returned NaN logits with it (the Q4_0 / Q8_0 / legacy ones and every op
+// test passed; with QSP_PDL=0 the same build passed the K-quant tests).
+// Suspected: activations read with ld.global.nc (ldg32; `const __restrict__`
+// pointers compile to it too), whose non-coherent L1 lines may predate the
+// previous grid's writes when no kernel boundary separates them; coherent
+// loads for everything a previous kernel wrote is the next thing to try.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -50,15 +58,15 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Whether a launch on `stream` on the current device uses PDL: compute
-// capability >= 9, QSP_PDL not "0", and a stream of qsp's own (the backends
+// Whether a launch on `stream` on the current device uses PDL: QSP_PDL=1,
+// compute capability >= 9, and a stream of qsp's own (the backends
 // launch on theirs; a test's launch on the legacy default stream, with its
 // implicit synchronization, stays a plain launch).
 inline bool pdl_enabled(cudaStream_t stream) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return false;
   static const bool env_on = [] {
     const char* v = std::getenv("QSP_PDL");
-    return !(v && std::strcmp(v, "0") == 0);
+    return v && std::strcmp(v, "1") == 0;
   }();
   if (!env_on) return false;
   int dev = 0;

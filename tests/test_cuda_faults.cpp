@@ -109,17 +109,42 @@ TEST_CASE("cuda faults: out of device memory while uploading weights, then a ret
   CHECK(s2.n_bytes == s0.n_bytes);
 }
 
+// The smallest QSP_DEVICE_MEMORY_LIMIT (to 64 KiB) under which a context of
+// m is created and uploaded: what the library already holds (cached
+// weights) plus what a context takes. Counted by the library itself, so
+// other processes on the GPU (gpu-check runs the suite as several) do not
+// move it, as they move the device's free memory.
+uint64_t smallest_cap(const TestModel& m) {
+  uint64_t lo = 0, hi = uint64_t(1) << 32;  // create fails at lo, succeeds at hi
+  while (hi - lo > (64u << 10)) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    Cap cap(mid);
+    qsp_context* c = m.create(QSP_BACKEND_CUDA);
+    (c ? hi : lo) = mid;
+    qsp_context_destroy(c);
+  }
+  return hi;
+}
+
 TEST_CASE("cuda faults: a second context under a cap shares and does not leak", "[gpu][faults]") {
   QSP_REQUIRE_GPU();
   TestModel m = make_model(fault_spec(3));
-  const size_t free0 = device_free_bytes();
+  qsp_context_destroy(m.create(QSP_BACKEND_CUDA));  // the weights cached
+  const uint64_t need0 = smallest_cap(m);
   for (int i = 0; i < 20; ++i) {
     Cap cap(uint64_t(1) << (20 + i % 8));  // 1 MiB .. 128 MiB: fails at various points
     qsp_context* c = m.create(QSP_BACKEND_CUDA);
     qsp_context_destroy(c);
   }
-  // cudaFree returns memory to the driver; allow the allocator's slack.
-  CHECK(device_free_bytes() + (64u << 20) >= free0);
+  // Nothing of the failed creations stayed allocated: a context still fits
+  // the same cap (a leak of even one buffer would raise the smallest cap).
+  {
+    Cap cap(need0);
+    qsp_context* c = m.create(QSP_BACKEND_CUDA);
+    CHECK(c != nullptr);
+    qsp_context_destroy(c);
+  }
+  CHECK(smallest_cap(m) == need0);
   qsp_context* c = m.create(QSP_BACKEND_CUDA);
   REQUIRE(c);
   qsp_context_destroy(c);
