@@ -13,6 +13,8 @@
 //                      [--tokens 1,128,512,2048,8192] [--reps N] [--no-baseline]
 //                      [--batch SPEC,...]   (qsp_prefill_batch against qsp_prefill
 //                      one context at a time; SPEC as parse_batch says)
+//                      [--gguf FILE,...]    (instead of the synthetic shapes: the
+//                      model of each file, its own weights, as `qsp bench` runs it)
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -32,6 +34,7 @@
 #include "common/quant.h"
 #include "kernels/kernels.h"
 #include "qsp/qsp.h"
+#include "qsp/qsp_gguf.h"
 
 namespace {
 
@@ -453,6 +456,49 @@ std::vector<uint32_t> parse_list(const char* s) {
 
 }  // namespace
 
+// --gguf: the model of a GGUF file with its own weights (the tool's path:
+// qsp_context_create_from_gguf), timed exactly as the synthetic models are,
+// so a difference between `qsp bench` and this program can be split into
+// weights (this row against the synthetic one) and harness (this row
+// against `qsp bench` on the same file).
+void bench_file(const std::string& path, const std::vector<uint32_t>& lengths, uint32_t max_seq, int reps,
+                const std::vector<int32_t>& tokens, std::vector<std::string>& table) {
+  qsp_gguf* g = nullptr;
+  qsp_context_params p;
+  qsp_context_params_init(&p);
+  if (qsp_gguf_open(path.c_str(), &g) != QSP_OK || qsp_gguf_fill_params(g, &p) != QSP_OK) {
+    std::fprintf(stderr, "bench_prefill: %s: %s\n", path.c_str(), qsp_gguf_last_error());
+    qsp_gguf_close(g);
+    std::exit(1);
+  }
+  qsp_gguf_close(g);
+  const Shape s{path.c_str(), p.n_layers, p.hidden_size, p.intermediate_size, p.n_heads, p.n_kv_heads, p.head_dim,
+                p.vocab_size};
+  qsp_context_params exec;
+  qsp_context_params_init(&exec);
+  exec.backend = QSP_BACKEND_CUDA;
+  exec.max_seq_len = max_seq;
+  qsp_context* ctx = nullptr;
+  const double t0 = now_ms();
+  if (qsp_context_create_from_gguf(path.c_str(), &exec, &ctx) != QSP_OK) {
+    std::fprintf(stderr, "bench_prefill: %s: %s\n", path.c_str(), qsp_gguf_last_error());
+    std::exit(1);
+  }
+  std::printf("  [qsp] loaded %s in %.1f s\n", path.c_str(), (now_ms() - t0) / 1e3);
+  const std::string name = path.substr(path.find_last_of('/') + 1);
+  char line[512];
+  std::vector<int32_t> tok(tokens.size());
+  for (size_t i = 0; i < tok.size(); ++i) tok[i] = tokens[i] % int32_t(p.vocab_size);
+  for (uint32_t n : lengths) {
+    const double ms = time_qsp(ctx, n, 0, reps_for(n, reps), tok);
+    std::snprintf(line, sizeof line, "| %-10s | file | qsp    | %5u | %9.3f | %10.0f | %7.1f |", name.c_str(), n, ms,
+                  n / ms * 1e3, total_flops(s, n, 0) / ms / 1e9);
+    std::puts(line);
+    table.push_back(line);
+  }
+  qsp_context_destroy(ctx);
+}
+
 // --type: "all" (q4_0 and q8_0) or a comma list of any quantized names (q4_K, ...).
 std::vector<BenchType> bench_types(const std::string& type) {
   if (type == "all") return {BenchType{QSP_DTYPE_Q4_0}, BenchType{QSP_DTYPE_Q8_0}};
@@ -483,6 +529,7 @@ int main(int argc, char** argv) {
   int reps = 10;
   bool baseline = true;
   std::vector<std::string> batches;  // --batch specs: then only those run
+  std::vector<std::string> files;    // --gguf files: then only those run
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) model = argv[++i];
@@ -490,6 +537,15 @@ int main(int argc, char** argv) {
     else if (a == "--tokens" && i + 1 < argc) lengths = parse_list(argv[++i]);
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--no-baseline") baseline = false;
+    else if (a == "--gguf" && i + 1 < argc) {
+      std::string list = argv[++i];
+      for (size_t at = 0; at <= list.size();) {
+        size_t end = list.find(',', at);
+        if (end == std::string::npos) end = list.size();
+        if (end > at) files.push_back(list.substr(at, end - at));
+        at = end + 1;
+      }
+    }
     else if (a == "--batch" && i + 1 < argc) {
       std::string list = argv[++i];
       for (size_t at = 0; at <= list.size();) {
@@ -500,7 +556,7 @@ int main(int argc, char** argv) {
       }
     }
     else {
-      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--reps N] [--no-baseline] [--batch 32x128,64x1@512,4x512+60x1@512]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--reps N] [--no-baseline] [--batch 32x128,64x1@512,4x512+60x1@512] [--gguf FILE,...]\n", argv[0]);
       return 2;
     }
   }
@@ -519,6 +575,10 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> table;
   char line[512];
+  if (!files.empty()) {
+    for (const std::string& f : files) bench_file(f, lengths, max_seq, reps, tokens, table);
+    return 0;
+  }
   if (!batches.empty()) {
     for (const Shape& s : kShapes) {
       if (model != "all" && std::string(s.name).find(model) == std::string::npos) continue;
