@@ -110,8 +110,10 @@ static_assert(kThreads / 32 == 32, "the second stage reduces one candidate per l
 cudaError_t argmax_rows(const float* v, int32_t n, int64_t ld, int32_t n_rows, int32_t* out, cudaStream_t stream) {
   if (!v || !out || n < 1 || n_rows < 1 || (n_rows > 1 && ld < n)) return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(v) % 16 == 0 && (n_rows == 1 || ld % 4 == 0))
-    return launch_pdl(argmax_kernel<true>, dim3(unsigned(n_rows)), dim3(kThreads), 0, stream, v, n, ld, out);
-  return launch_pdl(argmax_kernel<false>, dim3(unsigned(n_rows)), dim3(kThreads), 0, stream, v, n, ld, out);
+    return launch_pdl(PdlKernel::kArgmax, argmax_kernel<true>, dim3(unsigned(n_rows)), dim3(kThreads), 0, stream, v,
+                      n, ld, out);
+  return launch_pdl(PdlKernel::kArgmax, argmax_kernel<false>, dim3(unsigned(n_rows)), dim3(kThreads), 0, stream, v, n,
+                    ld, out);
 }
 
 cudaError_t argmax(const float* v, int32_t n, int32_t* out, cudaStream_t stream) {

@@ -106,8 +106,8 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const flo
 
 cudaError_t launch_combine(const float* o_part, const float* lse_part, __half* out, int rows, int n_splits,
                            int head_dim, cudaStream_t stream) {
-  return launch_pdl(head_dim == 128 ? attn_combine_kernel<128> : attn_combine_kernel<64>, dim3(unsigned(rows)),
-                    dim3(kCombineThreads), 0, stream, o_part, lse_part, out, rows, n_splits);
+  return launch_pdl(PdlKernel::kCombine, head_dim == 128 ? attn_combine_kernel<128> : attn_combine_kernel<64>,
+                    dim3(unsigned(rows)), dim3(kCombineThreads), 0, stream, o_part, lse_part, out, rows, n_splits);
 }
 
 }  // namespace attn

@@ -510,7 +510,8 @@ cudaError_t launch_fwd(const FwdParams& p, const Plan& pl, cudaStream_t stream) 
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(unsigned(pl.m_blocks), unsigned(pl.head_blocks), unsigned(pl.n_splits));
-  return launch_pdl(attn_fwd_kernel<Kt, kBatch>, grid, dim3(Kt::kNThreads), Kt::kSmemBytes, stream, p);
+  return launch_pdl(PdlKernel::kAttention, attn_fwd_kernel<Kt, kBatch>, grid, dim3(Kt::kNThreads), Kt::kSmemBytes,
+                    stream, p);
 }
 
 template <int D>

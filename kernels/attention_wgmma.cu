@@ -334,7 +334,8 @@ cudaError_t run(const Args& a, cudaStream_t stream) {
   }
   const int tokens = kBlockM / a.gp;
   const dim3 grid(unsigned((a.M + tokens - 1) / tokens), unsigned(a.n_kv_heads * (a.group / a.gp)));
-  return launch_pdl(attn_wgmma_kernel, grid, dim3(kThreads), kSmemBytes, stream, kmap, vmap, a);
+  return launch_pdl(PdlKernel::kAttnWgmma, attn_wgmma_kernel, grid, dim3(kThreads), kSmemBytes, stream, kmap, vmap,
+                    a);
 #else
   (void)a, (void)stream;
   return cudaErrorNotSupported;

@@ -43,7 +43,7 @@ cudaError_t embed(const DWeight& table, const int32_t* tokens, int32_t M, float*
   if (M == 0) return cudaSuccess;
   const int groups = table.cols / 8;
   const dim3 grid((groups + kEmbedThreads - 1) / kEmbedThreads, M < 65535 ? M : 65535);
-  return launch_pdl(embed_kernel, grid, dim3(kEmbedThreads), 0, stream, table, tokens, M, out);
+  return launch_pdl(PdlKernel::kEmbed, embed_kernel, grid, dim3(kEmbedThreads), 0, stream, table, tokens, M, out);
 }
 
 }  // namespace kern

@@ -296,15 +296,15 @@ cudaError_t launch_cfg(KArgs a, int dev, int ks, int real_cols, cudaStream_t str
   if (ks > 1 && !(C::kSplit && cluster_capable(cluster_once, dev, kernel))) ks = 1;
   a.chunks_per_split = (a.KC + ks - 1) / ks;
   const dim3 grid((a.o.N + real_cols - 1) / real_cols, (a.o.M + C::BM - 1) / C::BM, ks);
-  if (ks == 1) return launch_pdl(kernel, grid, dim3(C::kThreads), kSmem, stream, a);
-  const ClusterZLaunch cl(grid, C::kThreads, kSmem, stream, pdl_enabled(stream));
+  if (ks == 1) return launch_pdl(PdlKernel::kGemm, kernel, grid, dim3(C::kThreads), kSmem, stream, a);
+  const ClusterZLaunch cl(grid, C::kThreads, kSmem, stream, pdl_enabled(stream, PdlKernel::kGemm));
   e = cudaLaunchKernelEx(&cl.cfg, kernel, a);
   if (e == cudaSuccess) return cudaGetLastError();
   // A cluster that cannot be scheduled is a launch-configuration error (not
   // sticky): run unsplit instead of failing the whole forward pass.
   (void)cudaGetLastError();
   a.chunks_per_split = a.KC;
-  return launch_pdl(kernel, dim3(grid.x, grid.y, 1), dim3(C::kThreads), kSmem, stream, a);
+  return launch_pdl(PdlKernel::kGemm, kernel, dim3(grid.x, grid.y, 1), dim3(C::kThreads), kSmem, stream, a);
 }
 
 }  // namespace

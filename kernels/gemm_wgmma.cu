@@ -260,8 +260,8 @@ cudaError_t launch_one(const Args& a, const CUtensorMap& map, dim3 grid, cudaStr
     (void)cudaGetLastError();
     return cudaErrorNotSupported;
   }
-  if (!kSplit) return launch_pdl(kernel, grid, dim3(kThreads), L::kBytes, stream, map, a);
-  const ClusterZLaunch cl(grid, kThreads, L::kBytes, stream, pdl_enabled(stream));
+  if (!kSplit) return launch_pdl(PdlKernel::kWgmma, kernel, grid, dim3(kThreads), L::kBytes, stream, map, a);
+  const ClusterZLaunch cl(grid, kThreads, L::kBytes, stream, pdl_enabled(stream, PdlKernel::kWgmma));
   return cudaLaunchKernelEx(&cl.cfg, kernel, map, a);
 }
 

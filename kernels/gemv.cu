@@ -219,7 +219,8 @@ cudaError_t launch_mt(const KArgs& a, cudaStream_t stream) {
   constexpr int U = gemv_unroll<F>(MT, EP == Epilogue::kSwiGLU);
   // Enough warps to cover K with U chunks each, at most kGemvMaxWarps.
   const int kw = std::max(1, std::min(kGemvMaxWarps, a.KC / U));
-  return launch_pdl(gemv_kernel<F, MT, U, EP>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)), 0, stream, a);
+  return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)), 0,
+                    stream, a);
 }
 
 }  // namespace

@@ -23,7 +23,8 @@
 //
 // Both device calls are no-ops in a grid launched without the attribute, and
 // compile to nothing before sm_90. The host side launches with the attribute
-// only where QSP_PDL=1 is set in the environment (read once), on sm_90+:
+// only where QSP_PDL=1 is set in the environment (read once; or a list of
+// kernel families, PdlKernel below), on sm_90+:
 // OFF BY DEFAULT. On the H200 (2026-12-04, bench/RESULTS.md) it took the
 // 0.6B decode step from 0.806 to 0.710 ms but made 0.6B 128-token prompts
 // 8% slower and the 8B step 2% slower, and every K-quant whole-model test
@@ -58,17 +59,36 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Whether a launch on `stream` on the current device uses PDL: QSP_PDL=1,
-// compute capability >= 9, and a stream of qsp's own (the backends
-// launch on theirs; a test's launch on the legacy default stream, with its
-// implicit synchronization, stays a plain launch).
-inline bool pdl_enabled(cudaStream_t stream) {
+// The launchers, for QSP_PDL's list (one family at a time: which kernel a
+// failure with PDL needs).
+enum class PdlKernel { kGemv, kGemm, kWgmma, kRmsnorm, kQkRope, kAttention, kAttnWgmma, kCombine, kEmbed, kArgmax };
+inline const char* pdl_name(PdlKernel k) {
+  static const char* const names[] = {"gemv",      "gemm",       "wgmma",   "rmsnorm", "qk_rope",
+                                      "attention", "attn_wgmma", "combine", "embed",   "argmax"};
+  return names[int(k)];
+}
+
+// Whether a launch of family k on `stream` on the current device uses PDL:
+// QSP_PDL=1 (or "all"; or a comma list of family names, e.g. "gemv,rmsnorm"),
+// compute capability >= 9, and a stream of qsp's own (the backends launch on
+// theirs; a test's launch on the legacy default stream, with its implicit
+// synchronization, stays a plain launch).
+inline bool pdl_enabled(cudaStream_t stream, PdlKernel k) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return false;
-  static const bool env_on = [] {
+  static const unsigned mask = [] {
     const char* v = std::getenv("QSP_PDL");
-    return v && std::strcmp(v, "1") == 0;
+    if (!v || !*v || std::strcmp(v, "0") == 0) return 0u;
+    if (std::strcmp(v, "1") == 0 || std::strcmp(v, "all") == 0) return ~0u;
+    unsigned m = 0;
+    for (int i = 0; i <= int(PdlKernel::kArgmax); ++i) {
+      const char* name = pdl_name(PdlKernel(i));
+      const size_t n = std::strlen(name);
+      for (const char* at = std::strstr(v, name); at; at = std::strstr(at + 1, name))
+        if ((at == v || at[-1] == ',') && (at[n] == ',' || at[n] == 0)) m |= 1u << i;
+    }
+    return m;
   }();
-  if (!env_on) return false;
+  if (!(mask >> int(k) & 1u)) return false;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -86,10 +106,10 @@ inline bool pdl_enabled(cudaStream_t stream) {
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute
-// where pdl_enabled(stream). The kernel must keep the rule above.
+// where pdl_enabled(stream, family). The kernel must keep the rule above.
 template <class... P, class... A>
-cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                       A&&... args) {
+cudaError_t launch_pdl(PdlKernel family, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                       cudaStream_t stream, A&&... args) {
   cudaLaunchAttribute attr[1] = {};
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -99,7 +119,7 @@ cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled(stream) ? 1 : 0;
+  cfg.numAttrs = pdl_enabled(stream, family) ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 

@@ -190,7 +190,8 @@ template <int D, int kStyle, bool kVecLoad, bool kBatch>
 cudaError_t launch(const RopeParams& p, cudaStream_t stream) {
   const int n_vec = p.n_heads + 2 * p.n_kv_heads;
   const dim3 grid(unsigned(p.M), unsigned((n_vec + kWarps - 1) / kWarps));
-  return launch_pdl(qk_rope_kernel<D, kStyle, kVecLoad, kBatch>, grid, dim3(kWarps * 32), 0, stream, p);
+  return launch_pdl(PdlKernel::kQkRope, qk_rope_kernel<D, kStyle, kVecLoad, kBatch>, grid, dim3(kWarps * 32), 0,
+                    stream, p);
 }
 
 template <int D, bool kBatch>

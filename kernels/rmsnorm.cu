@@ -102,9 +102,10 @@ cudaError_t rmsnorm_f16(const float* x, int32_t ldx, const float* w, __half* y, 
                         : n4 <= 2 * kThreads ? rmsnorm_vec_kernel<2>
                         : n4 <= 4 * kThreads ? rmsnorm_vec_kernel<4>
                                              : rmsnorm_vec_kernel<8>;
-    return launch_pdl(kernel, grid, dim3(kThreads), 0, stream, x, ldx, w, y, dim, eps, rows);
+    return launch_pdl(PdlKernel::kRmsnorm, kernel, grid, dim3(kThreads), 0, stream, x, ldx, w, y, dim, eps, rows);
   }
-  return launch_pdl(rmsnorm_scalar_kernel, grid, dim3(kThreads), 0, stream, x, ldx, w, y, dim, eps, rows);
+  return launch_pdl(PdlKernel::kRmsnorm, rmsnorm_scalar_kernel, grid, dim3(kThreads), 0, stream, x, ldx, w, y, dim, eps,
+                    rows);
 }
 
 }  // namespace kern
