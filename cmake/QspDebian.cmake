@@ -134,6 +134,9 @@ set(CPACK_DEBIAN_RUNTIME_PACKAGE_CONTROL_EXTRA
   ${QSP_PKG_OUT}/${QSP_DEB_RUNTIME}/symbols ${QSP_PKG_OUT}/${QSP_DEB_RUNTIME}/shlibs ${QSP_PKG_DIR}/triggers)
 set(CPACK_POST_BUILD_SCRIPTS ${QSP_PKG_DIR}/QspDebPostBuild.cmake)
 set(CPACK_QSP_DEB_RUNTIME ${QSP_DEB_RUNTIME})
+# NCCL is loaded at run time (dlopen), only for contexts that span several
+# GPUs (src/cuda/nccl_lib.h): a suggestion, not a dependency.
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS "libnccl2")
 # Multi-Arch: same (CPack 3.25 has no setting for it; the post-build script
 # adds it): the library and its development files live in the multiarch
 # directories, and what they share (/usr/include, /usr/share/doc) is the same

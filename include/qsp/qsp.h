@@ -201,7 +201,9 @@ typedef struct qsp_context_params {
    * divide. The result is the unsplit model's (bit for bit on the CPU).
    * Backends: the CPU is one device and runs the shards one after another
    * in this process (1, 2, 4 or 8 of them; the mask is checked, not used);
-   * CUDA: not yet (QSP_ERR_UNSUPPORTED). */
+   * CUDA: not yet (QSP_ERR_UNSUPPORTED). Shards on several CUDA devices
+   * need NCCL 2.9+, loaded at run time (libnccl.so.2 or $QSP_NCCL_LIBRARY):
+   * without it, QSP_ERR_UNSUPPORTED naming what the loader said. */
   uint32_t n_devices;          /* shards; 0 or 1: unsplit */
   uint32_t device_mask;        /* the CUDA devices, bit i = ordinal i. n_devices bits: one shard per
                                   device (all-reduce between them). One bit: every shard in turn on

@@ -569,4 +569,6 @@ int cuda_device_count() {
   return n;
 }
 
+bool cuda_built() { return true; }
+
 }  // namespace qsp

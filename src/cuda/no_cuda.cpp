@@ -10,4 +10,6 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig&, int32_t) {
 
 int cuda_device_count() { return 0; }
 
+bool cuda_built() { return false; }
+
 }  // namespace qsp

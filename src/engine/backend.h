@@ -116,5 +116,7 @@ std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& cfg, const Partitio
 std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& cfg, int32_t device_index);
 // Number of usable CUDA devices (0 when built without CUDA).
 int cuda_device_count();
+// Whether this build has the CUDA backend (QSP_CUDA).
+bool cuda_built();
 
 }  // namespace qsp

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 
 #include "common/error.h"
-#include "formats/format.h"
+#include "cuda/nccl_lib.h"
 #include "engine/weight_cache.h"
+#include "formats/format.h"
 
 namespace qsp {
 
@@ -76,10 +78,24 @@ Context::Context(const qsp_context_params& p) : cfg_(ModelConfig::from_params(p)
 
 std::unique_ptr<Backend> Context::make_cuda() const {
   // Issue 19's next step: the shards on their devices with NCCL all-reduces,
-  // or every shard in turn on one GPU (a one-bit device_mask).
-  QSP_FAIL_IF(part_.size() > 1, QSP_ERR_UNSUPPORTED,
-              "tensor parallelism on the CUDA backend: not yet (n_devices = %u; the CPU backend runs the shards)",
-              part_.size());
+  // or every shard in turn on one GPU (a one-bit device_mask). Shards on
+  // several devices need NCCL, loaded now (src/cuda/nccl_lib.h): where it is
+  // missing the user hears that first, as that is what they can fix.
+  if (part_.size() > 1 && cuda_built()) {
+    const bool spans = std::adjacent_find(devices_.begin(), devices_.end(), std::not_equal_to<int32_t>()) !=
+                       devices_.end();
+    if (spans) {
+      const NcclLib& n = nccl();
+      throw Error(QSP_ERR_UNSUPPORTED,
+                  strprintf("tensor parallelism across CUDA devices: not yet (n_devices = %u, %s found; the CPU "
+                            "backend runs the shards)",
+                            part_.size(), n.describe().c_str()));
+    }
+    throw Error(QSP_ERR_UNSUPPORTED,
+                strprintf("tensor parallelism on the CUDA backend: not yet (n_devices = %u shards on device %d; the "
+                          "CPU backend runs the shards)",
+                          part_.size(), devices_[0]));
+  }
   return make_cuda_backend(cfg_, devices_[0]);
 }
 
