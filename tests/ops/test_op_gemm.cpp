@@ -327,14 +327,15 @@ TEST_CASE("op gemm: Q4_1 / Q5_0 / Q5_1, every path", "[gpu][gemm][wgmma][legacy]
   }
 }
 
-TEST_CASE("op gemm: Q2_K / Q3_K, every path", "[gpu][gemm][wgmma][kquant]") {
+// Q2_K and Q3_K apart: each ~30 s of reference quantizing, and the GPU suite
+// runs its cases side by side (scripts/gpu-check), so no case should be long.
+TEST_CASE("op gemm: Q2_K, every path", "[gpu][gemm][wgmma][kquant]") {
   QSP_REQUIRE_GPU();
-  uint64_t seed = 5500;
-  for (int32_t dt : {QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K}) {
-    INFO(qsp_dtype_name(dt));
-    run_cases(more_format_cases(dt, false, true), seed);
-    seed += 1000;
-  }
+  run_cases(more_format_cases(QSP_DTYPE_Q2_K, false, true), 5500);
+}
+TEST_CASE("op gemm: Q3_K, every path", "[gpu][gemm][wgmma][kquant]") {
+  QSP_REQUIRE_GPU();
+  run_cases(more_format_cases(QSP_DTYPE_Q3_K, false, true), 6500);
   // K must be whole 256-weight super-blocks.
   const char* why = nullptr;
   CHECK(!qsp::kern::gemm_supported(qsp::kern::format_for(QSP_DTYPE_Q2_K), 256, 96, &why));
