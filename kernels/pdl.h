@@ -31,9 +31,15 @@
 // returned NaN logits with it (the Q4_0 / Q8_0 / legacy ones and every op
 // test passed; with QSP_PDL=0 the same build passed the K-quant tests).
 // Suspected: activations read with ld.global.nc (ldg32; `const __restrict__`
-// pointers compile to it too), whose non-coherent L1 lines may predate the
-// previous grid's writes when no kernel boundary separates them; coherent
-// loads for everything a previous kernel wrote is the next thing to try.
+// pointers compile to it too). A non-coherent load promises data read-only
+// for the grid's whole life, so it may be scheduled, or served from cache,
+// ahead of griddepcontrol.wait; under PDL the previous grid is still writing
+// it then. The failures fit: every K-quant model test has K-quant
+// projections, which the one-token prefill runs through the factored GEMV
+// (a different schedule from the legacy formats' fragment path), and the
+// legacy mixes passed with K-quant-free layers. Coherent loads for
+// everything a previous kernel wrote is the next thing to try (branch
+// pdl-coherent, written for that).
 #pragma once
 
 #include <cuda_runtime.h>
