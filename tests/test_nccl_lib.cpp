@@ -98,13 +98,16 @@ TEST_CASE("nccl: the process's NCCL follows QSP_NCCL_LIBRARY and is kept once lo
 TEST_CASE("nccl: a CUDA context across devices without NCCL names what is missing", "[nccl][api]") {
   ScopedEnv lib("QSP_NCCL_LIBRARY", "/nonexistent/libnccl.so.2");
   if (!qsp::cuda_built()) {
-    // No CUDA backend at all: that is what the user hears.
-    CHECK(create_error(split_params(2, 0x3)).first == QSP_ERR_NO_DEVICE);
+    // No CUDA backend at all: nothing is loaded; the split is what is refused.
+    const auto [st, msg] = create_error(split_params(2, 0x3));
+    CHECK(st == QSP_ERR_UNSUPPORTED);
+    CHECK_THAT(msg, Catch::Contains("tensor parallelism on the CUDA backend: not yet"));
+    CHECK_THAT(msg, !Catch::Contains("NCCL"));
     return;
   }
   auto [st, msg] = create_error(split_params(2, 0x3));
   CHECK(st == QSP_ERR_UNSUPPORTED);
-  CHECK_THAT(msg, Catch::Contains("cannot load NCCL"));
+  CHECK_THAT(msg, Catch::Contains("tensor parallelism across CUDA devices needs NCCL: cannot load NCCL"));
   // With NCCL: the multi-GPU path is what is missing (not yet written).
   lib.set(QSP_FAKE_NCCL);
   std::tie(st, msg) = create_error(split_params(2, 0x3));

@@ -81,20 +81,25 @@ std::unique_ptr<Backend> Context::make_cuda() const {
   // or every shard in turn on one GPU (a one-bit device_mask). Shards on
   // several devices need NCCL, loaded now (src/cuda/nccl_lib.h): where it is
   // missing the user hears that first, as that is what they can fix.
-  if (part_.size() > 1 && cuda_built()) {
+  if (part_.size() > 1) {
     const bool spans = std::adjacent_find(devices_.begin(), devices_.end(), std::not_equal_to<int32_t>()) !=
                        devices_.end();
-    if (spans) {
-      const NcclLib& n = nccl();
+    if (spans && cuda_built()) {
+      std::string found;
+      try {
+        found = nccl().describe();
+      } catch (const Error& e) {
+        throw Error(e.status(), std::string("tensor parallelism across CUDA devices needs NCCL: ") + e.what());
+      }
       throw Error(QSP_ERR_UNSUPPORTED,
                   strprintf("tensor parallelism across CUDA devices: not yet (n_devices = %u, %s found; the CPU "
                             "backend runs the shards)",
-                            part_.size(), n.describe().c_str()));
+                            part_.size(), found.c_str()));
     }
     throw Error(QSP_ERR_UNSUPPORTED,
-                strprintf("tensor parallelism on the CUDA backend: not yet (n_devices = %u shards on device %d; the "
-                          "CPU backend runs the shards)",
-                          part_.size(), devices_[0]));
+                strprintf("tensor parallelism on the CUDA backend: not yet (n_devices = %u%s; the CPU backend runs "
+                          "the shards)",
+                          part_.size(), spans ? "" : strprintf(" shards on device %d", devices_[0]).c_str()));
   }
   return make_cuda_backend(cfg_, devices_[0]);
 }
