@@ -445,6 +445,18 @@ struct Baseline {
   }
 };
 
+// "a,b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> split_commas(const std::string& list) {
+  std::vector<std::string> v;
+  for (size_t at = 0; at <= list.size();) {
+    size_t end = list.find(',', at);
+    if (end == std::string::npos) end = list.size();
+    if (end > at) v.push_back(list.substr(at, end - at));
+    at = end + 1;
+  }
+  return v;
+}
+
 std::vector<uint32_t> parse_list(const char* s) {
   std::vector<uint32_t> v;
   for (const char* p = s; *p;) {
@@ -537,24 +549,8 @@ int main(int argc, char** argv) {
     else if (a == "--tokens" && i + 1 < argc) lengths = parse_list(argv[++i]);
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--no-baseline") baseline = false;
-    else if (a == "--gguf" && i + 1 < argc) {
-      std::string list = argv[++i];
-      for (size_t at = 0; at <= list.size();) {
-        size_t end = list.find(',', at);
-        if (end == std::string::npos) end = list.size();
-        if (end > at) files.push_back(list.substr(at, end - at));
-        at = end + 1;
-      }
-    }
-    else if (a == "--batch" && i + 1 < argc) {
-      std::string list = argv[++i];
-      for (size_t at = 0; at <= list.size();) {
-        size_t end = list.find(',', at);
-        if (end == std::string::npos) end = list.size();
-        if (end > at) batches.push_back(list.substr(at, end - at));
-        at = end + 1;
-      }
-    }
+    else if (a == "--gguf" && i + 1 < argc) files = split_commas(argv[++i]);
+    else if (a == "--batch" && i + 1 < argc) batches = split_commas(argv[++i]);
     else {
       std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--reps N] [--no-baseline] [--batch 32x128,64x1@512,4x512+60x1@512] [--gguf FILE,...]\n", argv[0]);
       return 2;
