@@ -98,10 +98,10 @@ TEST_CASE("nccl: the process's NCCL follows QSP_NCCL_LIBRARY and is kept once lo
 TEST_CASE("nccl: a CUDA context across devices without NCCL names what is missing", "[nccl][api]") {
   ScopedEnv lib("QSP_NCCL_LIBRARY", "/nonexistent/libnccl.so.2");
   if (!qsp::cuda_built()) {
-    // No CUDA backend at all: nothing is loaded; the split is what is refused.
+    // No CUDA backend at all: nothing is loaded; the backend is what is missing.
     const auto [st, msg] = create_error(split_params(2, 0x3));
-    CHECK(st == QSP_ERR_UNSUPPORTED);
-    CHECK_THAT(msg, Catch::Contains("tensor parallelism on the CUDA backend: not yet"));
+    CHECK(st == QSP_ERR_NO_DEVICE);
+    CHECK_THAT(msg, Catch::Contains("without CUDA"));
     CHECK_THAT(msg, !Catch::Contains("NCCL"));
     return;
   }
@@ -114,12 +114,22 @@ TEST_CASE("nccl: a CUDA context across devices without NCCL names what is missin
   CHECK(st == QSP_ERR_UNSUPPORTED);
   CHECK_THAT(msg, Catch::Contains("across CUDA devices: not yet"));
   CHECK_THAT(msg, Catch::Contains("NCCL 2.23.4"));
-  // Every shard on one device needs no NCCL.
+  // Every shard on one device needs no NCCL: it runs where there is a GPU
+  // (tests/test_cuda_shard.cpp), and without one the device is what is missing.
   lib.set("/nonexistent/libnccl.so.2");
-  std::tie(st, msg) = create_error(split_params(2, 0x1));
-  CHECK(st == QSP_ERR_UNSUPPORTED);
-  CHECK_THAT(msg, Catch::Contains("2 shards on device 0"));
-  CHECK_THAT(msg, !Catch::Contains("NCCL"));
+  {
+    qsp_context_params one = split_params(2, 0x1);
+    one.head_dim = 64;  // one the CUDA kernels take
+    qsp_context* ctx = nullptr;
+    const qsp_status s1 = qsp_context_create(&one, &ctx);
+    if (qsp_backend_available(QSP_BACKEND_CUDA)) {
+      CHECK(s1 == QSP_OK);
+    } else {
+      CHECK(s1 == QSP_ERR_NO_DEVICE);
+      CHECK_THAT(std::string(qsp_last_error()), !Catch::Contains("NCCL"));
+    }
+    qsp_context_destroy(ctx);
+  }
   // The CPU backend runs the shards whatever NCCL there is.
   qsp_context_params cpu = split_params(2, 0x3);
   cpu.backend = QSP_BACKEND_CPU;

@@ -101,9 +101,10 @@ class CpuBackend final : public Backend {
     return f * sizeof(float);
   }
   uint32_t max_chunk() const override { return chunk_; }
-  void check_supported(const TensorMeta&, const char*) const override {}  // every dtype
+  void check_supported(const TensorMeta&, const SlotDesc&, const char*) const override {}  // every dtype
 
-  std::unique_ptr<Tensor> upload(const TensorMeta& meta, const void* data) override {
+  // Whole tensors: a shard reads its rows / columns through a view (slice).
+  std::unique_ptr<Tensor> upload(const TensorMeta& meta, const SlotDesc&, const void* data) override {
     return std::unique_ptr<Tensor>(new CpuTensor(meta, data));
   }
 

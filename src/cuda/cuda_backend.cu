@@ -6,6 +6,14 @@
 //   -> rmsnorm_f16 -> gemm(gate, up; SwiGLU epilogue) -> gemm(down, += residual)
 //
 // and after the last layer: rmsnorm of the last token -> LM-head GEMV -> argmax.
+//
+// A context split into shards (engine/partition.h) with every shard on this
+// device runs each layer's attention and FFN blocks shard after shard: each
+// shard's projections are matrices of their own (its rows of wq / wk / wv /
+// w_gate / w_up, its columns of wo / w_down, cut at upload), its heads use
+// its own part of the KV cache, and its wo / w_down products add into the
+// residual stream, the local sum in place of the all-reduce. The LM head's
+// shards write their slices of the logits; the argmax runs over all of them.
 // Positions reach the kernels through a device int (`d_past_`), and no
 // launch's grid depends on the position, so a chunk of n tokens captured once
 // in a CUDA graph replays at every position (src/cuda/chunk_graphs.h).
@@ -24,6 +32,8 @@
 #include "common/error.h"
 #include "common/quant.h"
 #include "engine/backend.h"
+#include "engine/partition.h"
+#include "formats/format.h"
 #include "kernels/kernels.h"
 #include "cuda/chunk_graphs.h"
 #include "cuda/cuda_upload.h"
@@ -39,7 +49,16 @@ constexpr uint32_t kCudaChunk = 4096;
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const ModelConfig& cfg, int device) : cfg_(cfg), dev_(device) {
+  CudaBackend(const ModelConfig& cfg, const Partition& part, int device)
+      : cfg_(cfg),
+        part_(part),
+        n_sh_(part.size()),
+        sh_heads_(int32_t(part.heads(0).size())),
+        sh_kv_heads_(int32_t(part.kv_heads(0).size())),
+        sh_q_(int32_t(part.range(Dim::kQDim, 0).size())),
+        sh_kv_(int32_t(part.range(Dim::kKVDim, 0).size())),
+        sh_ffn_(int32_t(part.range(Dim::kFfn, 0).size())),
+        dev_(device) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
@@ -58,9 +77,12 @@ class CudaBackend final : public Backend {
     stream_ = stream_holder_.s;
 
     chunk_ = std::min(kCudaChunk, cfg.max_seq);
-    const size_t C = chunk_, H = cfg.hidden, Q = cfg.q_dim(), KV = cfg.kv_dim(), F = cfg.ffn;
+    // Every shard holds as many heads / KV heads / features as the others
+    // (Partition); the per-shard buffers serve the shards in turn.
+    const size_t C = chunk_, H = cfg.hidden, Q = size_t(sh_q_), KV = size_t(sh_kv_), F = size_t(sh_ffn_);
     qkv_ld_ = int32_t(Q + 2 * KV);
-    const size_t kv_elems = size_t(cfg.n_layers) * cfg.n_kv_heads * cfg.max_seq * cfg.head_dim;
+    shard_kv_elems_ = size_t(cfg.n_layers) * size_t(sh_kv_heads_) * cfg.max_seq * cfg.head_dim;
+    const size_t kv_elems = shard_kv_elems_ * n_sh_;
     k_cache_.alloc(kv_elems * sizeof(__half), "KV cache (keys)");
     v_cache_.alloc(kv_elems * sizeof(__half), "KV cache (values)");
     x_.alloc(C * H * sizeof(float), "residual stream");
@@ -91,7 +113,9 @@ class CudaBackend final : public Backend {
 
   int32_t kind() const override { return QSP_BACKEND_CUDA; }
   int32_t device() const override { return dev_; }
-  std::string device_name() const override { return prop_.name; }
+  std::string device_name() const override {
+    return n_sh_ > 1 ? strprintf("%s (%u shards)", prop_.name, n_sh_) : std::string(prop_.name);
+  }
   int32_t n_threads() const override { return 1; }
   uint64_t kv_bytes() const override { return k_cache_.bytes + v_cache_.bytes; }
   uint64_t scratch_bytes() const override {
@@ -100,60 +124,75 @@ class CudaBackend final : public Backend {
   }
   uint32_t max_chunk() const override { return chunk_; }
 
-  void check_supported(const TensorMeta& m, const char* slot) const override {
+  void check_supported(const TensorMeta& m, const SlotDesc& slot, const char* where) const override {
     if (m.role == TensorRole::kVector) return;
-    QSP_FAIL_IF(!kern::format_supported(m.dtype), QSP_ERR_UNSUPPORTED, "%s: the CUDA backend has no kernels for %s weights yet", slot,
-                fmt::name(m.dtype));
-    const char* why = nullptr;
-    QSP_FAIL_IF(!kern::gemm_supported(kern::format_for(m.dtype), int64_t(m.rows), int64_t(m.cols), &why),
-                QSP_ERR_UNSUPPORTED, "%s: the CUDA GEMM does not support %s %llux%llu: %s", slot,
-                fmt::name(m.dtype), (unsigned long long)m.rows, (unsigned long long)m.cols, why ? why : "");
+    QSP_FAIL_IF(!kern::format_supported(m.dtype), QSP_ERR_UNSUPPORTED,
+                "%s: the CUDA backend has no kernels for %s weights yet", where, fmt::name(m.dtype));
+    // Each shard's piece is a matrix of its own.
+    for (uint32_t s = 0; s < pieces(slot); ++s) {
+      const uint64_t rows = part_.rows(slot, s).size(), cols = part_.cols(slot, s).size();
+      const char* why = nullptr;
+      QSP_FAIL_IF(!kern::gemm_supported(kern::format_for(m.dtype), int64_t(rows), int64_t(cols), &why),
+                  QSP_ERR_UNSUPPORTED, "%s: the CUDA GEMM does not support %s %llux%llu%s: %s", where,
+                  fmt::name(m.dtype), (unsigned long long)rows, (unsigned long long)cols,
+                  pieces(slot) > 1 ? strprintf(" (shard %u of %u)", s, n_sh_).c_str() : "", why ? why : "");
+    }
+  }
+
+  // A sharded context's cut matrices are pieces, not the plain tensor: their
+  // own cache entry per shard count and side (engine/weight_cache.h).
+  uint64_t cache_variant(const SlotDesc& slot) const override {
+    return pieces(slot) > 1 ? uint64_t(n_sh_) << 8 | uint64_t(slot.split) : 0;
   }
 
   // Matrices: repacked into pinned staging slots by all cores, piece by
   // piece, each piece's copy overlapping the next piece's repack
   // (staged_upload); without staging (pinned memory refused, say) the whole
-  // matrix is repacked into pageable memory and copied at once. Vectors:
+  // matrix is repacked into pageable memory and copied at once. A slot the
+  // shards cut: each shard's rows / columns as a matrix of its own. Vectors:
   // fp32 at once. Returns once the copies are complete, so any stream may
   // use the tensor.
-  std::unique_ptr<Tensor> upload(const TensorMeta& m, const void* data) override {
+  std::unique_ptr<Tensor> upload(const TensorMeta& m, const SlotDesc& slot, const void* data) override {
     const auto start = std::chrono::steady_clock::now();
     QSP_CUDA_CHECK(cudaSetDevice(dev_));
-    std::unique_ptr<CudaTensor> t(new CudaTensor(m, dev_));
-    std::vector<uint8_t> host;
+    const uint32_t n = pieces(slot);
+    std::unique_ptr<CudaTensor> t(new CudaTensor(m, dev_, n));
     if (m.role == TensorRole::kVector) {
-      host.resize(m.cols * sizeof(float));
-      fmt::dequantize_row(m.dtype, data, reinterpret_cast<float*>(host.data()), m.cols);
-      t->buf.alloc(host.size(), "weight upload");
-      QSP_CUDA_CHECK(cudaMemcpyAsync(t->buf.ptr, host.data(), host.size(), cudaMemcpyHostToDevice, stream_));
+      CudaTensor::Piece& p = t->piece(0);
+      std::vector<float> host(m.cols);
+      fmt::dequantize_row(m.dtype, data, host.data(), m.cols);
+      p.buf.alloc(host.size() * sizeof(float), "weight upload");
+      QSP_CUDA_CHECK(cudaMemcpyAsync(p.buf.ptr, host.data(), p.buf.bytes, cudaMemcpyHostToDevice, stream_));
       QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      t->stored_bytes = host.size();
-      t->vec = static_cast<const float*>(t->buf.ptr);
+      t->stored_bytes = p.buf.bytes;
+      p.vec = static_cast<const float*>(p.buf.ptr);
       return std::unique_ptr<Tensor>(t.release());
     }
-    const kern::WFormat f = kern::format_for(m.dtype);
-    const size_t bytes = kern::dweight_bytes(f, int64_t(m.rows), int64_t(m.cols));
-    t->w.fmt = f;
-    t->w.rows = int32_t(m.rows);
-    t->w.cols = int32_t(m.cols);
-    const auto alloc_start = std::chrono::steady_clock::now();
-    t->buf.alloc(bytes, "weight upload");
-    upload_stats_.alloc_s += seconds_since(alloc_start);
-    if (ensure_staging() && staged_upload(*staging_, stream_, m, data, f, static_cast<uint8_t*>(t->buf.ptr), upload_stats_)) {
-      ++upload_stats_.staged;
-    } else {
-      host.resize(bytes);
-      const auto repack_start = std::chrono::steady_clock::now();
-      kern::repack_weight(m.dtype, data, int64_t(m.rows), int64_t(m.cols), host.data());
-      upload_stats_.repack_s += seconds_since(repack_start);
-      QSP_CUDA_CHECK(cudaMemcpyAsync(t->buf.ptr, host.data(), bytes, cudaMemcpyHostToDevice, stream_));
-      QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<uint8_t> cut;  // a shard's columns, gathered row by row
+    for (uint32_t s = 0; s < n; ++s) {
+      TensorMeta pm = m;
+      const void* pd = data;
+      if (n > 1) {
+        // The partition's ranges fall on block boundaries (check_tensor).
+        const Range r = part_.rows(slot, s), c = part_.cols(slot, s);
+        pm.rows = r.size();
+        pm.cols = c.size();
+        pm.bytes = fmt::tensor_bytes(m.dtype, pm.rows, pm.cols);
+        const uint64_t row_bytes = fmt::tensor_bytes(m.dtype, 1, m.cols);
+        const uint8_t* first = static_cast<const uint8_t*>(data) + r.begin * row_bytes;
+        if (c.size() == m.cols) {
+          pd = first;  // whole rows: the caller's bytes as they are
+        } else {
+          const uint64_t skip = fmt::tensor_bytes(m.dtype, 1, c.begin), piece_row = pm.bytes / pm.rows;
+          cut.resize(pm.bytes);
+          for (uint64_t i = 0; i < pm.rows; ++i)
+            std::memcpy(cut.data() + i * piece_row, first + i * row_bytes + skip, piece_row);
+          pd = cut.data();
+        }
+      }
+      upload_matrix(pm, pd, t->piece(s));
+      t->stored_bytes += t->piece(s).buf.bytes;
     }
-    t->stored_bytes = bytes;
-    t->w.data = t->buf.ptr;
-    ++upload_stats_.tensors;
-    upload_stats_.bytes_in += m.bytes;
-    upload_stats_.bytes_out += bytes;
     upload_stats_.total_s += seconds_since(start);
     return std::unique_ptr<Tensor>(t.release());
   }
@@ -214,12 +253,13 @@ class CudaBackend final : public Backend {
       max_piece = std::max(max_piece, c.n);
     }
     QSP_FAIL_IF(T == 0 || T > kCudaChunk, QSP_ERR_INTERNAL, "batched pass of %u tokens", T);
-    const int32_t tile = kern::attention_batch_tile_tokens(int32_t(max_piece), int32_t(m.n_heads),
-                                                           int32_t(m.n_kv_heads), int32_t(m.head_dim));
+    const int32_t tile =
+        kern::attention_batch_tile_tokens(int32_t(max_piece), sh_heads_, sh_kv_heads_, int32_t(m.head_dim));
 
-    // The pass's metadata, host side: pieces, tokens, the piece of each
-    // token, the rows that want logits, attention's query tiles.
-    std::vector<kern::SeqDesc> seqs(S);
+    // The pass's metadata, host side: pieces (a table per shard: its part of
+    // each owner's cache), tokens, the piece of each token, the rows that
+    // want logits, attention's query tiles.
+    std::vector<kern::SeqDesc> seqs(size_t(S) * n_sh_);
     std::vector<int32_t> tokens, token_seq, rows;
     std::vector<int2> tiles;
     std::vector<uint32_t> row_owner;  // piece index of each logits row
@@ -236,6 +276,12 @@ class CudaBackend final : public Backend {
       d.past = int32_t(c.past);
       d.start = int32_t(start);
       d.n = int32_t(c.n);
+      for (uint32_t sh = 1; sh < n_sh_; ++sh) {
+        kern::SeqDesc& e = seqs[size_t(sh) * S + k];
+        e = d;
+        e.k_cache += sh * owner[i]->shard_kv_elems_;  // its max_seq, not necessarily this one's
+        e.v_cache += sh * owner[i]->shard_kv_elems_;
+      }
       if (c.tokens) tokens.insert(tokens.end(), c.tokens, c.tokens + c.n);
       token_seq.insert(token_seq.end(), c.n, int32_t(k));
       for (uint32_t t0 = 0; t0 < c.n; t0 += uint32_t(tile)) tiles.push_back(make_int2(int32_t(k), int32_t(t0)));
@@ -270,7 +316,7 @@ class CudaBackend final : public Backend {
       off += (bytes + 15) / 16 * 16;
       return at;
     };
-    const size_t o_seqs = place(S * sizeof(kern::SeqDesc)), o_tiles = place(tiles.size() * sizeof(int2)),
+    const size_t o_seqs = place(seqs.size() * sizeof(kern::SeqDesc)), o_tiles = place(tiles.size() * sizeof(int2)),
                  o_tokens = place(tokens.size() * sizeof(int32_t)), o_tseq = place(T * sizeof(int32_t)),
                  o_rows = place(rows.size() * sizeof(int32_t));
     const size_t up_bytes = off;
@@ -282,7 +328,7 @@ class CudaBackend final : public Backend {
     }
     char* h = static_cast<char*>(space->h_meta.ptr);
     char* d = static_cast<char*>(space->meta.ptr);
-    std::memcpy(h + o_seqs, seqs.data(), S * sizeof(kern::SeqDesc));
+    std::memcpy(h + o_seqs, seqs.data(), seqs.size() * sizeof(kern::SeqDesc));
     std::memcpy(h + o_tiles, tiles.data(), tiles.size() * sizeof(int2));
     std::memcpy(h + o_tokens, tokens.data(), tokens.size() * sizeof(int32_t));
     std::memcpy(h + o_tseq, token_seq.data(), T * sizeof(int32_t));
@@ -302,6 +348,7 @@ class CudaBackend final : public Backend {
     }
     KvTarget kv;
     kv.seqs = reinterpret_cast<const kern::SeqDesc*>(d + o_seqs);
+    kv.n_seqs = int32_t(S);
     kv.token_seq = reinterpret_cast<const int32_t*>(d + o_tseq);
     kv.tiles = reinterpret_cast<const int2*>(d + o_tiles);
     kv.n_tiles = int32_t(tiles.size());
@@ -313,8 +360,7 @@ class CudaBackend final : public Backend {
       int32_t* d_argmax = reinterpret_cast<int32_t*>(d + o_argmax);
       QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, int32_t(H), V(w[kOutputNorm]), a.xn, int32_t(R), int32_t(H), m.rms_eps,
                                        stream_, reinterpret_cast<const int32_t*>(d + o_rows)));
-      gemm(a.xn, int32_t(H), int32_t(R), W(w[kLmHead]), nullptr, kern::Epilogue::kStoreF32, nullptr, lg,
-           int32_t(m.vocab));
+      lm_head(w, a.xn, int32_t(R), lg);
       QSP_CUDA_CHECK(kern::argmax_rows(lg, int32_t(m.vocab), int64_t(m.vocab), int32_t(R), d_argmax, stream_));
       for (uint32_t r = 0; r < R; ++r)
         QSP_CUDA_CHECK(cudaMemcpyAsync(owner[row_owner[r]]->logits_.ptr, lg + size_t(r) * m.vocab,
@@ -364,7 +410,8 @@ class CudaBackend final : public Backend {
   // pass, each piece's own cache (kern::SeqDesc).
   struct KvTarget {
     const int32_t* past = nullptr;          // single context
-    const kern::SeqDesc* seqs = nullptr;    // batched pass: pieces,
+    const kern::SeqDesc* seqs = nullptr;    // batched pass: pieces (n_seqs per shard),
+    int32_t n_seqs = 0;
     const int32_t* token_seq = nullptr;     //   the piece of each token,
     const int2* tiles = nullptr;            //   attention's query tiles
     int32_t n_tiles = 0;
@@ -396,83 +443,104 @@ class CudaBackend final : public Backend {
     enqueue_layers(w, n, a, kv);
     if (!c.want_logits) return;
     QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x + size_t(n - 1) * H, H, V(w[kOutputNorm]), a.xn, 1, H, cfg_.rms_eps, stream_));
-    gemm(a.xn, H, 1, W(w[kLmHead]), nullptr, kern::Epilogue::kStoreF32, nullptr, as<float>(logits_),
-         int32_t(cfg_.vocab));
+    lm_head(w, a.xn, 1, as<float>(logits_));
     QSP_CUDA_CHECK(kern::argmax(as<float>(logits_), int32_t(cfg_.vocab), d_argmax, stream_));
     QSP_CUDA_CHECK(cudaMemcpyAsync(hs + 1, d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
   }
 
-  // Every layer over n tokens already embedded in a.x (the residual stream).
+  // Every layer over n tokens already embedded in a.x (the residual stream):
+  // per block, the shards in turn, each adding its product into a.x.
   void enqueue_layers(const ModelTensors& w, int32_t n, const Acts& a, const KvTarget& kv) {
     const ModelConfig& m = cfg_;
-    const int32_t H = int32_t(m.hidden), Q = int32_t(m.q_dim()), KV = int32_t(m.kv_dim()), F = int32_t(m.ffn);
-    const size_t layer_kv = size_t(m.n_kv_heads) * m.max_seq * m.head_dim;
+    const int32_t H = int32_t(m.hidden);
     for (uint32_t l = 0; l < m.n_layers; ++l) {
       const LayerTensors& L = w.layers[l];
       QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kAttnNorm]), a.xn, n, H, m.rms_eps, stream_));
-      {
-        // Q | K | V are adjacent columns of qkv: one launch where the formats allow.
-        const kern::DWeight &wq = W(L[kWq]), &wk = W(L[kWk]), &wv = W(L[kWv]);
-        const bool grouped = kern::gemm_row_group_ok(wq) && kern::gemm_row_group_ok(wk) && wk.fmt == wq.fmt &&
-                             wv.fmt == wq.fmt && int64_t(wq.rows) == Q && int64_t(wk.rows) == KV;
-        if (grouped) {
-          const kern::DWeight cat[2] = {wk, wv};
-          gemm(a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_, cat);
-        } else {
-          gemm(a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_);
-          gemm(a.xn, H, n, wk, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q, qkv_ld_);
-          gemm(a.xn, H, n, wv, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q + KV, qkv_ld_);
-        }
-      }
-
-      kern::QkRopeArgs r;
-      r.qkv = a.qkv;
-      r.ld = qkv_ld_;
-      r.q_norm = V(L[kQNorm]);
-      r.k_norm = V(L[kKNorm]);
-      r.q_out = a.q;
-      r.M = n;
-      r.n_heads = int32_t(m.n_heads);
-      r.n_kv_heads = int32_t(m.n_kv_heads);
-      r.head_dim = int32_t(m.head_dim);
-      r.eps = m.rms_eps;
-      r.theta = m.rope_theta;
-      r.rope_style = m.rope_style;
-      kern::AttnArgs at;
-      at.q = a.q;
-      at.out = a.att;
-      at.M = n;
-      at.n_heads = int32_t(m.n_heads);
-      at.n_kv_heads = int32_t(m.n_kv_heads);
-      at.head_dim = int32_t(m.head_dim);
-      at.scale = 1.0f / std::sqrt(float(m.head_dim));
-      at.scratch = a.attn_scratch;
-      at.scratch_bytes = a.attn_scratch_bytes;
-      if (kv.seqs) {
-        r.seqs = at.seqs = kv.seqs;
-        r.token_seq = kv.token_seq;
-        r.layer = at.layer = int32_t(l);
-        at.tiles = kv.tiles;
-        at.n_tiles = kv.n_tiles;
-        at.max_piece = kv.max_piece;
-      } else {
-        __half* kc = as<__half>(k_cache_) + l * layer_kv;
-        __half* vc = as<__half>(v_cache_) + l * layer_kv;
-        r.k_cache = kc;
-        r.v_cache = vc;
-        at.k_cache = kc;
-        at.v_cache = vc;
-        r.max_seq = at.max_seq = int32_t(m.max_seq);
-        r.past = at.past = kv.past;
-      }
-      QSP_CUDA_CHECK(kern::qk_rope(r, stream_));
-      QSP_CUDA_CHECK(kern::attention(at, stream_));
-
-      gemm(a.att, Q, n, W(L[kWo]), nullptr, kern::Epilogue::kAddF32, nullptr, a.x, H);
+      for (uint32_t s = 0; s < n_sh_; ++s) enqueue_attention(L, l, s, n, a, kv);
       QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kFfnNorm]), a.xn, n, H, m.rms_eps, stream_));
-      gemm(a.xn, H, n, W(L[kWGate]), &W(L[kWUp]), kern::Epilogue::kSwiGLU, a.act, nullptr, F);
-      gemm(a.act, F, n, W(L[kWDown]), nullptr, kern::Epilogue::kAddF32, nullptr, a.x, H);
+      for (uint32_t s = 0; s < n_sh_; ++s) {
+        gemm(a.xn, H, n, W(L[kWGate], s), &W(L[kWUp], s), kern::Epilogue::kSwiGLU, a.act, nullptr, sh_ffn_);
+        gemm(a.act, sh_ffn_, n, W(L[kWDown], s), nullptr, kern::Epilogue::kAddF32, nullptr, a.x, H);
+      }
     }
+  }
+
+  // Shard s's heads of layer l over the normed a.xn: QKV, QK-norm + RoPE
+  // with its KV-cache write, attention, and its columns of wo added into a.x.
+  void enqueue_attention(const LayerTensors& L, uint32_t l, uint32_t s, int32_t n, const Acts& a,
+                         const KvTarget& kv) {
+    const ModelConfig& m = cfg_;
+    const int32_t H = int32_t(m.hidden), Q = sh_q_, KV = sh_kv_;
+    {
+      // Q | K | V are adjacent columns of qkv: one launch where the formats allow.
+      const kern::DWeight &wq = W(L[kWq], s), &wk = W(L[kWk], s), &wv = W(L[kWv], s);
+      const bool grouped = kern::gemm_row_group_ok(wq) && kern::gemm_row_group_ok(wk) && wk.fmt == wq.fmt &&
+                           wv.fmt == wq.fmt && int64_t(wq.rows) == Q && int64_t(wk.rows) == KV;
+      if (grouped) {
+        const kern::DWeight cat[2] = {wk, wv};
+        gemm(a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_, cat);
+      } else {
+        gemm(a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_);
+        gemm(a.xn, H, n, wk, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q, qkv_ld_);
+        gemm(a.xn, H, n, wv, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q + KV, qkv_ld_);
+      }
+    }
+
+    kern::QkRopeArgs r;
+    r.qkv = a.qkv;
+    r.ld = qkv_ld_;
+    r.q_norm = V(L[kQNorm]);
+    r.k_norm = V(L[kKNorm]);
+    r.q_out = a.q;
+    r.M = n;
+    r.n_heads = sh_heads_;
+    r.n_kv_heads = sh_kv_heads_;
+    r.head_dim = int32_t(m.head_dim);
+    r.eps = m.rms_eps;
+    r.theta = m.rope_theta;
+    r.rope_style = m.rope_style;
+    kern::AttnArgs at;
+    at.q = a.q;
+    at.out = a.att;
+    at.M = n;
+    at.n_heads = sh_heads_;
+    at.n_kv_heads = sh_kv_heads_;
+    at.head_dim = int32_t(m.head_dim);
+    at.scale = 1.0f / std::sqrt(float(m.head_dim));
+    at.scratch = a.attn_scratch;
+    at.scratch_bytes = a.attn_scratch_bytes;
+    if (kv.seqs) {
+      r.seqs = at.seqs = kv.seqs + size_t(s) * kv.n_seqs;
+      r.token_seq = kv.token_seq;
+      r.layer = at.layer = int32_t(l);
+      at.tiles = kv.tiles;
+      at.n_tiles = kv.n_tiles;
+      at.max_piece = kv.max_piece;
+    } else {
+      // The cache is [shard][layer][the shard's KV head][max_seq][head_dim].
+      const size_t layer_kv = size_t(sh_kv_heads_) * m.max_seq * m.head_dim;
+      const size_t off = s * shard_kv_elems_ + l * layer_kv;
+      __half* kc = as<__half>(k_cache_) + off;
+      __half* vc = as<__half>(v_cache_) + off;
+      r.k_cache = kc;
+      r.v_cache = vc;
+      at.k_cache = kc;
+      at.v_cache = vc;
+      r.max_seq = at.max_seq = int32_t(m.max_seq);
+      r.past = at.past = kv.past;
+    }
+    QSP_CUDA_CHECK(kern::qk_rope(r, stream_));
+    QSP_CUDA_CHECK(kern::attention(at, stream_));
+    gemm(a.att, Q, n, W(L[kWo], s), nullptr, kern::Epilogue::kAddF32, nullptr, a.x, H);
+  }
+
+  // The logits of M normed rows xn into out ([M][vocab]): each shard's
+  // vocabulary rows into its slice (the gather).
+  void lm_head(const ModelTensors& w, const __half* xn, int32_t M, float* out) {
+    const SlotDesc& head = kModelSlots[kLmHead];
+    for (uint32_t s = 0; s < pieces(head); ++s)
+      gemm(xn, int32_t(cfg_.hidden), M, W(w[kLmHead], s), nullptr, kern::Epilogue::kStoreF32, nullptr,
+           out + part_.rows(head, s).begin, int32_t(cfg_.vocab));
   }
 
   void poison_scratch(const PrefillChunk& c, bool capturing) {
@@ -518,6 +586,38 @@ class CudaBackend final : public Backend {
   }
 
   // ---- Weight upload -------------------------------------------------------------------
+  // Shard pieces a slot's tensor is stored in: one per shard for a slot the
+  // partition cuts, else one.
+  uint32_t pieces(const SlotDesc& slot) const { return slot.split == Split::kNone ? 1 : n_sh_; }
+
+  // One matrix (a whole tensor or a shard's piece) into p, in the kernels'
+  // layout.
+  void upload_matrix(const TensorMeta& m, const void* data, CudaTensor::Piece& p) {
+    const kern::WFormat f = kern::format_for(m.dtype);
+    const size_t bytes = kern::dweight_bytes(f, int64_t(m.rows), int64_t(m.cols));
+    p.w.fmt = f;
+    p.w.rows = int32_t(m.rows);
+    p.w.cols = int32_t(m.cols);
+    const auto alloc_start = std::chrono::steady_clock::now();
+    p.buf.alloc(bytes, "weight upload");
+    upload_stats_.alloc_s += seconds_since(alloc_start);
+    if (ensure_staging() &&
+        staged_upload(*staging_, stream_, m, data, f, static_cast<uint8_t*>(p.buf.ptr), upload_stats_)) {
+      ++upload_stats_.staged;
+    } else {
+      std::vector<uint8_t> host(bytes);
+      const auto repack_start = std::chrono::steady_clock::now();
+      kern::repack_weight(m.dtype, data, int64_t(m.rows), int64_t(m.cols), host.data());
+      upload_stats_.repack_s += seconds_since(repack_start);
+      QSP_CUDA_CHECK(cudaMemcpyAsync(p.buf.ptr, host.data(), bytes, cudaMemcpyHostToDevice, stream_));
+      QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    p.w.data = p.buf.ptr;
+    ++upload_stats_.tensors;
+    upload_stats_.bytes_in += m.bytes;
+    upload_stats_.bytes_out += bytes;
+  }
+
   // The device's staging (upload_staging), taken at the first matrix this
   // backend uploads (a context whose weights are all cached never takes
   // it). False when it cannot be had: upload() then goes unstaged.
@@ -532,6 +632,11 @@ class CudaBackend final : public Backend {
   void log_upload_stats() noexcept { log_upload(upload_stats_, staging_ ? staging_->pool->size() : 1); }
 
   ModelConfig cfg_;
+  Partition part_;
+  uint32_t n_sh_;  // shards, run in turn (1: the unsplit model)
+  // One shard's query heads, KV heads, q / kv widths and FFN features.
+  int32_t sh_heads_, sh_kv_heads_, sh_q_, sh_kv_, sh_ffn_;
+  size_t shard_kv_elems_ = 0;  // one shard's K (or V) cache, elements
   int dev_;
   cudaDeviceProp prop_{};
   Stream stream_holder_;  // declared before the buffers: destroyed after them
@@ -556,8 +661,8 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& cfg, int32_t device_index) {
-  return std::unique_ptr<Backend>(new CudaBackend(cfg, device_index));
+std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& cfg, const Partition& part, int32_t device_index) {
+  return std::unique_ptr<Backend>(new CudaBackend(cfg, part, device_index));
 }
 
 int cuda_device_count() {

@@ -103,29 +103,40 @@ struct Stream {
   }
 };
 
+// A tensor on the device: one piece, or, for a slot a sharded backend cuts
+// (Partition), a piece per shard holding that shard's rows / columns as a
+// matrix of its own (so every kernel sees an ordinary weight).
 class CudaTensor : public Tensor {
  public:
-  CudaTensor(const TensorMeta& m, int device) : Tensor(m), device_(device) {}
+  struct Piece {
+    DeviceBuffer buf;
+    kern::DWeight w;             // matrices
+    const float* vec = nullptr;  // vectors (fp32)
+  };
+  CudaTensor(const TensorMeta& m, int device, uint32_t n_pieces)
+      : Tensor(m), n_pieces_(n_pieces), pieces_(new Piece[n_pieces]), device_(device) {}
   ~CudaTensor() override {
-    if (buf.ptr) {
-      int prev = -1;
-      cudaGetDevice(&prev);
-      cudaSetDevice(device_);
-      buf.release();
-      if (prev >= 0) cudaSetDevice(prev);
-    }
+    int prev = -1;
+    cudaGetDevice(&prev);
+    cudaSetDevice(device_);
+    pieces_.reset();
+    if (prev >= 0) cudaSetDevice(prev);
   }
-  DeviceBuffer buf;
-  kern::DWeight w;           // matrices
-  const float* vec = nullptr;  // vectors (fp32)
+  uint32_t n_pieces() const { return n_pieces_; }
+  Piece& piece(uint32_t i) { return pieces_[i]; }
+  // Shard s's piece: its own, or the one every shard shares.
+  const Piece& shard(uint32_t s) const { return pieces_[n_pieces_ == 1 ? 0 : s]; }
 
  private:
+  uint32_t n_pieces_;
+  std::unique_ptr<Piece[]> pieces_;
   int device_;
 };
 
 const CudaTensor& cu(const TensorRef& t) { return static_cast<const CudaTensor&>(*t); }
-const kern::DWeight& W(const TensorRef& t) { return cu(t).w; }
-const float* V(const TensorRef& t) { return t ? cu(t).vec : nullptr; }
+// Shard s's weight of a matrix slot (the whole matrix for an unsplit one).
+const kern::DWeight& W(const TensorRef& t, uint32_t s = 0) { return cu(t).shard(s).w; }
+const float* V(const TensorRef& t) { return t ? cu(t).shard(0).vec : nullptr; }
 
 // The activations and metadata of batched passes (qsp_prefill_batch), one set
 // per device, shared by every context that leads a batch there: a server may

@@ -72,11 +72,23 @@ class Backend {
   virtual uint32_t max_chunk() const = 0;
 
   // Throws QSP_ERR_UNSUPPORTED when this backend cannot run a tensor of this
-  // shape / dtype in this slot; called before upload so nothing is cached.
-  virtual void check_supported(const TensorMeta& meta, const char* slot) const = 0;
+  // shape / dtype in `slot` (named `where` in messages); called before
+  // upload so nothing is cached.
+  virtual void check_supported(const TensorMeta& meta, const SlotDesc& slot, const char* where) const = 0;
 
-  // The backend's copy of a validated host tensor (data holds meta.bytes bytes).
-  virtual std::unique_ptr<Tensor> upload(const TensorMeta& meta, const void* data) = 0;
+  // The backend's copy of a validated host tensor of `slot` (data holds
+  // meta.bytes bytes).
+  virtual std::unique_ptr<Tensor> upload(const TensorMeta& meta, const SlotDesc& slot, const void* data) = 0;
+
+  // The weight cache keeps one tensor per (handle, variant): a backend that
+  // stores a slot's tensor in another form than the unsplit model does (the
+  // CUDA backend's shards: a piece per shard) gives that form its own
+  // variant, so contexts of either kind share what they can and never get a
+  // tensor of the other form. 0: the plain tensor.
+  virtual uint64_t cache_variant(const SlotDesc& slot) const {
+    (void)slot;
+    return 0;
+  }
 
   // Runs one chunk through all layers, writing K/V at positions
   // [past, past + n). With want_logits, computes the last token's logits.
@@ -111,9 +123,10 @@ class Partition;
 // (one shard: the unsplit model). Throws QSP_ERR_UNSUPPORTED for a shard
 // count it cannot sum exactly (other than 1, 2, 4, 8).
 std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& cfg, const Partition& part, int32_t n_threads);
-// Creates the CUDA backend (src/cuda); throws QSP_ERR_NO_DEVICE when built
-// without CUDA or when the device is not usable.
-std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& cfg, int32_t device_index);
+// Creates the CUDA backend (src/cuda) on one device, running the shards of
+// `part` in turn there (one shard: the unsplit model); throws
+// QSP_ERR_NO_DEVICE when built without CUDA or when the device is not usable.
+std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& cfg, const Partition& part, int32_t device_index);
 // Number of usable CUDA devices (0 when built without CUDA).
 int cuda_device_count();
 // Whether this build has the CUDA backend (QSP_CUDA).

@@ -77,31 +77,25 @@ Context::Context(const qsp_context_params& p) : cfg_(ModelConfig::from_params(p)
 }
 
 std::unique_ptr<Backend> Context::make_cuda() const {
-  // Issue 19's next step: the shards on their devices with NCCL all-reduces,
-  // or every shard in turn on one GPU (a one-bit device_mask). Shards on
-  // several devices need NCCL, loaded now (src/cuda/nccl_lib.h): where it is
-  // missing the user hears that first, as that is what they can fix.
-  if (part_.size() > 1) {
-    const bool spans = std::adjacent_find(devices_.begin(), devices_.end(), std::not_equal_to<int32_t>()) !=
-                       devices_.end();
-    if (spans && cuda_built()) {
-      std::string found;
-      try {
-        found = nccl().describe();
-      } catch (const Error& e) {
-        throw Error(e.status(), std::string("tensor parallelism across CUDA devices needs NCCL: ") + e.what());
-      }
-      throw Error(QSP_ERR_UNSUPPORTED,
-                  strprintf("tensor parallelism across CUDA devices: not yet (n_devices = %u, %s found; the CPU "
-                            "backend runs the shards)",
-                            part_.size(), found.c_str()));
+  // Shards on several devices need NCCL, loaded now (src/cuda/nccl_lib.h):
+  // where it is missing the user hears that first, as that is what they can
+  // fix. Every shard on one device (a one-bit device_mask) runs in turn
+  // there, with a local sum in place of the all-reduce.
+  const bool spans =
+      std::adjacent_find(devices_.begin(), devices_.end(), std::not_equal_to<int32_t>()) != devices_.end();
+  if (spans && cuda_built()) {
+    std::string found;
+    try {
+      found = nccl().describe();
+    } catch (const Error& e) {
+      throw Error(e.status(), std::string("tensor parallelism across CUDA devices needs NCCL: ") + e.what());
     }
     throw Error(QSP_ERR_UNSUPPORTED,
-                strprintf("tensor parallelism on the CUDA backend: not yet (n_devices = %u%s; the CPU backend runs "
-                          "the shards)",
-                          part_.size(), spans ? "" : strprintf(" shards on device %d", devices_[0]).c_str()));
+                strprintf("tensor parallelism across CUDA devices: not yet (n_devices = %u, %s found; a one-bit "
+                          "device_mask runs the shards in turn on one GPU, the CPU backend runs them too)",
+                          part_.size(), found.c_str()));
   }
-  return make_cuda_backend(cfg_, devices_[0]);
+  return make_cuda_backend(cfg_, part_, devices_[0]);
 }
 
 Context::~Context() = default;
@@ -135,13 +129,13 @@ TensorRef Context::acquire(const qsp_tensor& t, const SlotDesc& s, const char* w
   meta.bytes = want;
   meta.role = s.role;
   part_.check_tensor(s, t.dtype, where);
-  backend_->check_supported(meta, where);
+  backend_->check_supported(meta, s, where);
   WeightCache& cache = WeightCache::get(backend_->kind(), backend_->device());
   const void* data = t.data;
-  return cache.acquire(t.handle, meta, [&]() -> std::unique_ptr<Tensor> {
+  return cache.acquire(t.handle, backend_->cache_variant(s), meta, [&]() -> std::unique_ptr<Tensor> {
     // Only read the caller's bytes when they are actually uploaded.
     QSP_FAIL_IF(data == nullptr, QSP_ERR_INVALID_ARGUMENT, "%s: data is NULL", where);
-    return backend_->upload(meta, data);
+    return backend_->upload(meta, s, data);
   });
 }
 

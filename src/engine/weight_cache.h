@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "engine/backend.h"
 
@@ -22,17 +23,23 @@ class WeightCache {
   // The cache for (kind, device); created on first use, never destroyed.
   static WeightCache& get(int32_t kind, int32_t device);
 
-  // Returns the cached tensor for `handle` if its metadata equals `meta`
-  // (a hit), throws QSP_ERR_HANDLE_CONFLICT if it differs, and otherwise calls
-  // `make` and caches the result. Concurrent callers for one handle upload once.
-  TensorRef acquire(uint64_t handle, const TensorMeta& meta,
+  // Returns the cached tensor for (`handle`, `variant`: Backend::cache_variant)
+  // if its metadata equals `meta` (a hit), throws QSP_ERR_HANDLE_CONFLICT if
+  // a live tensor of that handle, in any variant, has other metadata, and
+  // otherwise calls `make` and caches the result. Concurrent callers for one
+  // handle upload once.
+  TensorRef acquire(uint64_t handle, uint64_t variant, const TensorMeta& meta,
                     const std::function<std::unique_ptr<Tensor>()>& make);
 
   CacheStats stats();
 
  private:
   std::mutex mu_;
-  std::unordered_map<uint64_t, std::weak_ptr<const Tensor>> map_;
+  struct Entry {
+    uint64_t variant;
+    std::weak_ptr<const Tensor> tensor;
+  };
+  std::unordered_map<uint64_t, std::vector<Entry>> map_;  // by handle; one entry per variant
   uint64_t uploads_ = 0, hits_ = 0;
 };
 
