@@ -9,13 +9,18 @@
 // layer shapes and Llama style, Q4_0, Q8_0 and a Q4_K_M-like mix; one-shot
 // prompts of odd lengths, chunked prompts, decode steps through the CUDA
 // graph, batched passes of sharded contexts, and the weight cache shared
-// with unsplit contexts where the forms agree.
+// with unsplit contexts where the forms agree. Then the NCCL path: with one
+// rank on one GPU (QSP_NCCL_ONE_RANK), and a shard per GPU where a machine
+// has several.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "common/error.h"
+#include "cuda/nccl_lib.h"
+#include "engine/backend.h"
 #include "support/api.h"
 #include "support/batch.h"
 #include "support/cuda.h"
@@ -299,4 +304,142 @@ TEST_CASE("cuda shard: sharded and unsplit contexts share the weight cache where
   qsp_context_destroy(two_again);
   qsp_context_destroy(two);
   qsp_context_destroy(plain);
+}
+
+namespace {
+
+// Whether the process's NCCL loads; says loudly why not.
+bool nccl_loads() {
+  try {
+    qsp::nccl();
+    return true;
+  } catch (const qsp::Error& e) {
+    std::printf("SKIPPED: NCCL does not load (%s)\n", e.what());
+    WARN("SKIPPED: NCCL does not load: " << e.what());
+    return false;
+  }
+}
+
+}  // namespace
+
+// The all-reduce path on one GPU: QSP_NCCL_ONE_RANK=1 gives the one rank of
+// a context a communicator, so each block ends in an NCCL all-reduce of one
+// rank (the residual as it is) and the graphs are off. The logits must be
+// those of the same split without NCCL, bit for bit (the same kernels in the
+// same order), and the unsplit model's within 2e-3. A library whose
+// ncclCommInitAll fails gives a device error naming the call, and nothing
+// of the context is left.
+TEST_CASE("cuda shard: the NCCL all-reduce path with one rank equals the local sum", "[gpu][shard][nccl]") {
+  QSP_REQUIRE_GPU();
+  ModelSpec spec = qwen3_06b(QSP_DTYPE_Q4_0, 909);
+  spec.vocab = 32000;
+  spec.tied = false;
+  const TestModel m = make_model(spec);
+  {
+    ScopedEnv lib("QSP_NCCL_LIBRARY", QSP_FAKE_NCCL);
+    ScopedEnv one("QSP_NCCL_ONE_RANK", "1");
+    qsp_context_params p = m.params;
+    p.backend = QSP_BACKEND_CUDA;
+    p.n_devices = 2;
+    p.device_mask = 0x1;
+    qsp_context* ctx = nullptr;
+    EXPECT_FAIL(nullptr, QSP_ERR_DEVICE, "NCCL|ncclCommInitAll", qsp_context_create(&p, &ctx));
+    CHECK(ctx == nullptr);
+  }
+  if (!nccl_loads()) return;
+  qsp_context* gpu = m.create(QSP_BACKEND_CUDA);
+  REQUIRE(gpu);
+  for (uint32_t n : {2u, 4u}) {
+    qsp_context* local = create_sharded(m, n);
+    qsp_context* reduced = nullptr;
+    {
+      ScopedEnv one("QSP_NCCL_ONE_RANK", "1");
+      reduced = create_sharded(m, n);
+    }
+    for (uint32_t len : {1u, 17u, 100u}) {
+      const std::vector<int32_t> t = random_tokens(len, spec.vocab, 909 + len);
+      for (qsp_context* c : {gpu, local, reduced}) REQUIRE(qsp_kv_clear(c) == QSP_OK);
+      const Logits whole = run(gpu, t, {len}), a = run(local, t, {len}), b = run(reduced, t, {len});
+      INFO(n << " shards, " << len << " tokens");
+      CHECK(bit_equal(a.v, b.v));
+      CHECK(a.greedy == b.greedy);
+      check_close(b, whole, kTol);
+    }
+    // Decode steps (eager with NCCL; the graph without).
+    Logits ref = run(local, {7}, {1});
+    CHECK(bit_equal(run(reduced, {7}, {1}).v, ref.v));
+    for (int step = 0; step < 3; ++step) {
+      const Logits a = run(local, {ref.greedy}, {1}), b = run(reduced, {ref.greedy}, {1});
+      CHECK(bit_equal(a.v, b.v));
+      ref = a;
+    }
+    qsp_context_destroy(reduced);
+    qsp_context_destroy(local);
+  }
+  qsp_context_destroy(gpu);
+}
+
+// The real thing: a shard per GPU, NCCL all-reduces between them, against
+// the unsplit model on GPU 0 (<= 2e-3, the same greedy token), for as many
+// of 2, 4 and 8 GPUs as the machine has; prompts, chunks, decode steps, and
+// qsp_prefill_batch over such contexts (their pieces run one by one).
+TEST_CASE("cuda shard: a shard per GPU through NCCL equals the unsplit model", "[gpu][shard][multigpu]") {
+  QSP_REQUIRE_GPU();
+  const int gpus = qsp::cuda_device_count();
+  if (gpus < 2) {
+    std::printf("SKIPPED: %d CUDA device(s); a shard per GPU needs 2 or more\n", gpus);
+    WARN("SKIPPED: fewer than 2 CUDA devices");
+    return;
+  }
+  if (!nccl_loads()) return;
+  for (const ModelSpec& spec : {qwen3_06b(QSP_DTYPE_Q4_0, 910), llama(QSP_DTYPE_Q8_0, 911)}) {
+    const TestModel m = make_model(spec);
+    qsp_context* gpu = m.create(QSP_BACKEND_CUDA);
+    REQUIRE(gpu);
+    for (uint32_t n : {2u, 4u, 8u}) {
+      if (int(n) > gpus || spec.n_kv_heads % n != 0) continue;
+      qsp_context_params p = m.params;
+      p.backend = QSP_BACKEND_CUDA;
+      p.n_devices = n;  // devices 0 .. n-1
+      qsp_context* tp = nullptr;
+      {
+        const qsp_status st = qsp_context_create(&p, &tp);
+        INFO(qsp_last_error());
+        REQUIRE(st == QSP_OK);
+      }
+      REQUIRE(m.upload(tp) == QSP_OK);
+      qsp_context_info info;
+      qsp_context_info_init(&info);
+      REQUIRE(qsp_context_get_info(tp, &info) == QSP_OK);
+      CHECK(std::string(info.device_name).find("shards on devices 0, 1") != std::string::npos);
+      for (const Prompt& pr : prompts(spec, {1, 17, 513})) {
+        REQUIRE(qsp_kv_clear(gpu) == QSP_OK);
+        REQUIRE(qsp_kv_clear(tp) == QSP_OK);
+        const Logits whole = run(gpu, pr.tokens, pr.chunks), got = run(tp, pr.tokens, pr.chunks);
+        INFO(n << " GPUs, " << pr.what);
+        std::printf("  %u GPUs %s\n", n, pr.what.c_str());
+        check_close(got, whole, kTol);
+      }
+      Logits ref = run(gpu, {3}, {1});
+      check_close(run(tp, {3}, {1}), ref, kTol);
+      for (int step = 0; step < 4; ++step) {
+        const Logits g = run(tp, {ref.greedy}, {1});
+        ref = run(gpu, {ref.greedy}, {1});
+        check_close(g, ref, kTol);
+      }
+      qsp_context_destroy(tp);
+    }
+    qsp_context_destroy(gpu);
+  }
+  // Batches of multi-GPU contexts: pieces one by one, as single calls.
+  TestModel m = make_model(qwen3_06b(QSP_DTYPE_Q4_0, 912));
+  m.params.n_devices = 2;
+  BatchWorld w(m, QSP_BACKEND_CUDA, 3, 1200, kTol);
+  std::mt19937_64 rng(912);
+  for (int step = 0; step < 4; ++step) {
+    std::vector<Piece> pieces;
+    for (uint32_t slot = 0; slot < w.slots(); ++slot)
+      pieces.push_back(random_piece(m, slot, step == 0 ? 1 + uint32_t(rng() % 100) : 1, rng));
+    w.step(pieces);
+  }
 }

@@ -108,12 +108,20 @@ TEST_CASE("nccl: a CUDA context across devices without NCCL names what is missin
   auto [st, msg] = create_error(split_params(2, 0x3));
   CHECK(st == QSP_ERR_UNSUPPORTED);
   CHECK_THAT(msg, Catch::Contains("tensor parallelism across CUDA devices needs NCCL: cannot load NCCL"));
-  // With NCCL: the multi-GPU path is what is missing (not yet written).
+  // With a library that loads, the devices come next: without two GPUs the
+  // missing device is named; with them, the stand-in's ncclCommInitAll
+  // refuses (it implements nothing), a device error naming the call.
   lib.set(QSP_FAKE_NCCL);
-  std::tie(st, msg) = create_error(split_params(2, 0x3));
-  CHECK(st == QSP_ERR_UNSUPPORTED);
-  CHECK_THAT(msg, Catch::Contains("across CUDA devices: not yet"));
-  CHECK_THAT(msg, Catch::Contains("NCCL 2.23.4"));
+  qsp_context_params two = split_params(2, 0x3);
+  two.head_dim = 64;  // one the CUDA kernels take
+  std::tie(st, msg) = create_error(two);
+  CHECK_THAT(msg, !Catch::Contains("needs NCCL"));
+  if (qsp::cuda_device_count() >= 2) {
+    CHECK(st == QSP_ERR_DEVICE);
+    CHECK_THAT(msg, Catch::Contains("ncclCommInitAll"));
+  } else {
+    CHECK(st == QSP_ERR_NO_DEVICE);
+  }
   // Every shard on one device needs no NCCL: it runs where there is a GPU
   // (tests/test_cuda_shard.cpp), and without one the device is what is missing.
   lib.set("/nonexistent/libnccl.so.2");

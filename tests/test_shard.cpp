@@ -312,24 +312,27 @@ TEST_CASE("shard: shapes that do not divide are refused at create, naming what",
        },
        QSP_ERR_INVALID_ARGUMENT, "device_index"},
       {"the reserved field", [](qsp_context_params& p) { p.reserved1 = 1; }, QSP_ERR_INVALID_ARGUMENT, "reserved1"},
-      {"CUDA: not yet",
-       [](qsp_context_params& p) {
-         p.backend = QSP_BACKEND_CUDA;
-         p.n_devices = 2;
-       },
-       QSP_ERR_UNSUPPORTED, "tensor parallelism|CUDA"},
   };
   expect_create_cases(m.params, cases);
   // Every shard on one GPU runs (tests/test_cuda_shard.cpp); without a GPU
-  // the CUDA backend is simply absent.
+  // the CUDA backend is simply absent. A shard per device needs NCCL first
+  // (tests/test_nccl_lib.cpp), then the devices.
   if (!qsp_backend_available(QSP_BACKEND_CUDA)) {
-    qsp_context_params p = m.params;
-    p.backend = QSP_BACKEND_CUDA;
-    p.n_devices = 2;
-    p.device_mask = 0x1;
-    qsp_context* ctx = nullptr;
-    CHECK(qsp_context_create(&p, &ctx) == QSP_ERR_NO_DEVICE);
-    CHECK(ctx == nullptr);
+    for (uint32_t mask : {0x1u, 0x0u}) {
+      qsp_context_params p = m.params;
+      p.backend = QSP_BACKEND_CUDA;
+      p.n_devices = 2;
+      p.device_mask = mask;
+      qsp_context* ctx = nullptr;
+      const qsp_status st = qsp_context_create(&p, &ctx);
+      INFO("mask " << mask << ": " << qsp_last_error());
+      if (mask == 0 && st == QSP_ERR_UNSUPPORTED) {
+        CHECK_THAT(std::string(qsp_last_error()), Catch::Contains("needs NCCL"));
+      } else {
+        CHECK(st == QSP_ERR_NO_DEVICE);
+      }
+      CHECK(ctx == nullptr);
+    }
   }
   // The fine ones of the cases above are fine.
   for (auto edit : {+[](qsp_context_params& p) { p.n_devices = 8, p.intermediate_size = 768; },

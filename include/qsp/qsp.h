@@ -204,10 +204,11 @@ typedef struct qsp_context_params {
    * CUDA: every shard on one device (a one-bit device_mask) runs the shards
    * one after another there (any count that divides; each shard's pieces of
    * wq / wk / wv / w_gate / w_up / wo / w_down and the LM head are cached as
-   * matrices of their own); shards on several devices: not yet
-   * (QSP_ERR_UNSUPPORTED). Those need NCCL 2.9+, loaded at run time
-   * (libnccl.so.2 or $QSP_NCCL_LIBRARY): without it, QSP_ERR_UNSUPPORTED
-   * naming what the loader said. */
+   * matrices of their own); a shard per device runs them at once with an
+   * NCCL all-reduce after wo and w_down. That needs NCCL 2.9+, loaded at run
+   * time (libnccl.so.2 or $QSP_NCCL_LIBRARY): without it,
+   * QSP_ERR_UNSUPPORTED naming what the loader said. On CUDA the result is
+   * within rounding of the unsplit model's (the sums run in another order). */
   uint32_t n_devices;          /* shards; 0 or 1: unsplit */
   uint32_t device_mask;        /* the CUDA devices, bit i = ordinal i. n_devices bits: one shard per
                                   device (all-reduce between them). One bit: every shard in turn on
@@ -230,7 +231,7 @@ QSP_API void qsp_context_params_init(qsp_context_params* params);
  * it with qsp_context_destroy. On failure *out is set to NULL (when out is not
  * NULL). Errors: INVALID_ARGUMENT, STRUCT_SIZE, SHAPE (also: a split that
  * does not divide), NO_DEVICE, UNSUPPORTED (also: shards on several CUDA
- * devices, for now; on the CPU a shard count other than 1, 2, 4 or 8), OUT_OF_MEMORY,
+ * devices without NCCL; on the CPU a shard count other than 1, 2, 4 or 8), OUT_OF_MEMORY,
  * DEVICE_OUT_OF_MEMORY, DEVICE. */
 QSP_API qsp_status qsp_context_create(const qsp_context_params* params, qsp_context** out);
 

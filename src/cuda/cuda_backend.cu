@@ -1,22 +1,32 @@
-// The CUDA backend: the whole prefill on one device, one stream per context,
-// no host round trip inside a chunk. The layer is
+// The CUDA backend: the whole prefill on the GPU, one stream per context and
+// device, no host round trip inside a chunk. The layer is
 //
 //   rmsnorm_f16 -> gemm(wq|wk|wv -> qkv fp32) -> qk_rope (+KV write)
 //   -> attention (one launch, whole chunk) -> gemm(wo, += residual)
 //   -> rmsnorm_f16 -> gemm(gate, up; SwiGLU epilogue) -> gemm(down, += residual)
 //
 // and after the last layer: rmsnorm of the last token -> LM-head GEMV -> argmax.
-//
-// A context split into shards (engine/partition.h) with every shard on this
-// device runs each layer's attention and FFN blocks shard after shard: each
-// shard's projections are matrices of their own (its rows of wq / wk / wv /
-// w_gate / w_up, its columns of wo / w_down, cut at upload), its heads use
-// its own part of the KV cache, and its wo / w_down products add into the
-// residual stream, the local sum in place of the all-reduce. The LM head's
-// shards write their slices of the logits; the argmax runs over all of them.
-// Positions reach the kernels through a device int (`d_past_`), and no
+// Positions reach the kernels through a device int (`d_past`), and no
 // launch's grid depends on the position, so a chunk of n tokens captured once
 // in a CUDA graph replays at every position (src/cuda/chunk_graphs.h).
+//
+// Tensor parallelism (engine/partition.h). The work is done by ranks, one
+// per device, each with its own stream, activations and part of the KV
+// cache, running its shards in turn:
+//
+// - every shard on one device: one rank runs all the shards. Each shard's
+//   cut weights are matrices of their own (its rows of wq / wk / wv /
+//   w_gate / w_up, its columns of wo / w_down, cut at upload), its heads use
+//   its own part of the KV cache, and its wo / w_down products add into the
+//   residual stream: the local sum in place of the all-reduce.
+// - a shard per device: a rank per shard; rank 0's wo / w_down add into its
+//   residual stream, the others' overwrite theirs, and one in-place NCCL
+//   all-reduce of the residual per block leaves x + the sum of the products
+//   on every device. The host enqueues every rank's work layer by layer and
+//   waits once at the end.
+//
+// The LM head's shards write their slices of the logits; the greedy token is
+// the best of the ranks' argmaxes (one rank: one argmax over all of them).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,6 +48,7 @@
 #include "cuda/chunk_graphs.h"
 #include "cuda/cuda_upload.h"
 #include "cuda/cuda_util.h"
+#include "cuda/nccl_lib.h"
 
 namespace qsp {
 namespace {
@@ -47,9 +58,16 @@ namespace {
 // reads the earlier chunks from the KV cache.
 constexpr uint32_t kCudaChunk = 4096;
 
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const ModelConfig& cfg, const Partition& part, int device)
+  // devices: the device of each shard of `part` (all one device, or one
+  // device per shard: engine/context.cpp).
+  CudaBackend(const ModelConfig& cfg, const Partition& part, const std::vector<int32_t>& devices)
       : cfg_(cfg),
         part_(part),
         n_sh_(part.size()),
@@ -57,8 +75,9 @@ class CudaBackend final : public Backend {
         sh_kv_heads_(int32_t(part.kv_heads(0).size())),
         sh_q_(int32_t(part.range(Dim::kQDim, 0).size())),
         sh_kv_(int32_t(part.range(Dim::kKVDim, 0).size())),
-        sh_ffn_(int32_t(part.range(Dim::kFfn, 0).size())),
-        dev_(device) {
+        sh_ffn_(int32_t(part.range(Dim::kFfn, 0).size())) {
+    QSP_FAIL_IF(devices.size() != n_sh_, QSP_ERR_INTERNAL, "%zu devices for %u shards", devices.size(), n_sh_);
+    const bool one_device = std::all_of(devices.begin(), devices.end(), [&](int32_t d) { return d == devices[0]; });
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
@@ -66,61 +85,71 @@ class CudaBackend final : public Backend {
       throw Error(QSP_ERR_NO_DEVICE, e != cudaSuccess ? strprintf("no usable CUDA device: %s", cudaGetErrorString(e))
                                                      : std::string("no CUDA device present"));
     }
-    QSP_FAIL_IF(device >= count, QSP_ERR_NO_DEVICE, "device_index %d, but only %d CUDA device(s)", device, count);
-    QSP_CUDA_CHECK(cudaSetDevice(dev_));
-    QSP_CUDA_CHECK(cudaGetDeviceProperties(&prop_, dev_));
-    QSP_FAIL_IF(prop_.major < 8, QSP_ERR_UNSUPPORTED, "%s is compute capability %d.%d; qsp needs 8.0 or newer",
-                prop_.name, prop_.major, prop_.minor);
+    for (int32_t d : devices)
+      QSP_FAIL_IF(d >= count, QSP_ERR_NO_DEVICE, "device_index %d, but only %d CUDA device(s)", d, count);
     QSP_FAIL_IF(!kern::attention_supported(int32_t(cfg.head_dim)), QSP_ERR_UNSUPPORTED,
                 "the CUDA backend supports head_dim 64 and 128, not %u", cfg.head_dim);
-    QSP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_holder_.s, cudaStreamNonBlocking));
-    stream_ = stream_holder_.s;
+    poison_ = env_flag("QSP_POISON");
 
     chunk_ = std::min(kCudaChunk, cfg.max_seq);
     // Every shard holds as many heads / KV heads / features as the others
-    // (Partition); the per-shard buffers serve the shards in turn.
-    const size_t C = chunk_, H = cfg.hidden, Q = size_t(sh_q_), KV = size_t(sh_kv_), F = size_t(sh_ffn_);
-    qkv_ld_ = int32_t(Q + 2 * KV);
+    // (Partition); a rank's buffers serve its shards in turn.
+    qkv_ld_ = int32_t(sh_q_ + 2 * sh_kv_);
     shard_kv_elems_ = size_t(cfg.n_layers) * size_t(sh_kv_heads_) * cfg.max_seq * cfg.head_dim;
-    const size_t kv_elems = shard_kv_elems_ * n_sh_;
-    k_cache_.alloc(kv_elems * sizeof(__half), "KV cache (keys)");
-    v_cache_.alloc(kv_elems * sizeof(__half), "KV cache (values)");
-    x_.alloc(C * H * sizeof(float), "residual stream");
-    xn_.alloc(C * H * sizeof(__half), "normed activations");
-    qkv_.alloc(C * qkv_ld_ * sizeof(float), "qkv");
-    q_.alloc(C * Q * sizeof(__half), "queries");
-    att_.alloc(C * Q * sizeof(__half), "attention output");
-    act_.alloc(C * F * sizeof(__half), "SwiGLU output");
-    logits_.alloc(size_t(cfg.vocab) * sizeof(float), "logits");
-    small_.alloc((2 + C) * sizeof(int32_t), "positions/tokens");
-    attn_scratch_bytes_ = kern::attention_scratch_bytes(int32_t(C), int32_t(cfg.n_heads), int32_t(cfg.head_dim),
-                                                        int32_t(cfg.max_seq));
-    if (attn_scratch_bytes_) attn_scratch_.alloc(attn_scratch_bytes_, "attention scratch");
-    h_small_.alloc((2 + C) * sizeof(int32_t), "positions/tokens");
+    const SlotDesc& head = kModelSlots[kLmHead];
+    const uint32_t n_ranks = one_device ? 1 : n_sh_;
+    for (uint32_t i = 0; i < n_ranks; ++i) {
+      ranks_.emplace_back(new Rank);
+      Rank& r = *ranks_.back();
+      r.dev = devices[i];
+      r.first = one_device ? 0 : i;
+      r.count = one_device ? n_sh_ : 1;
+      r.vocab_begin = part.rows(head, r.first).begin;
+      r.vocab_end = part.rows(head, r.first + r.count - 1).end;
+      init_rank(r);
+    }
+    if (n_ranks > 1 || env_flag("QSP_NCCL_ONE_RANK")) init_nccl();
     h_logits_.alloc(size_t(cfg.vocab) * sizeof(float), "logits");
-    // Test aid: NaN-fill scratch, logits and the KV slots a chunk is about to
-    // write, so that an element a kernel forgets shows up as NaN in the tests.
-    const char* poison = std::getenv("QSP_POISON");
-    poison_ = poison && *poison && std::strcmp(poison, "0") != 0;
   }
 
   ~CudaBackend() override {
-    cudaSetDevice(dev_);
-    cudaStreamSynchronize(stream_);
+    for (auto& r : ranks_) {
+      cudaSetDevice(r->dev);
+      cudaStreamSynchronize(r->stream);
+    }
     graphs_.drop();
+    for (auto& r : ranks_)
+      if (r->comm) nccl_->comm_destroy(r->comm);
     log_upload_stats();
+    // Each rank's stream and memory freed on its own device.
+    for (auto& r : ranks_) {
+      cudaSetDevice(r->dev);
+      r.reset();
+    }
   }
 
   int32_t kind() const override { return QSP_BACKEND_CUDA; }
-  int32_t device() const override { return dev_; }
+  int32_t device() const override { return ranks_[0]->dev; }
   std::string device_name() const override {
-    return n_sh_ > 1 ? strprintf("%s (%u shards)", prop_.name, n_sh_) : std::string(prop_.name);
+    const std::string name = ranks_[0]->prop.name;
+    if (n_sh_ == 1) return name;
+    if (ranks_.size() == 1) return strprintf("%s (%u shards)", name.c_str(), n_sh_);
+    std::string list;
+    for (const auto& r : ranks_) list += (list.empty() ? "" : ", ") + std::to_string(r->dev);
+    return strprintf("%s (%u shards on devices %s)", name.c_str(), n_sh_, list.c_str());
   }
   int32_t n_threads() const override { return 1; }
-  uint64_t kv_bytes() const override { return k_cache_.bytes + v_cache_.bytes; }
+  uint64_t kv_bytes() const override {
+    uint64_t b = 0;
+    for (const auto& r : ranks_) b += r->k_cache.bytes + r->v_cache.bytes;
+    return b;
+  }
   uint64_t scratch_bytes() const override {
-    return x_.bytes + xn_.bytes + qkv_.bytes + q_.bytes + att_.bytes + act_.bytes + logits_.bytes + small_.bytes +
-           attn_scratch_.bytes;
+    uint64_t b = 0;
+    for (const auto& r : ranks_)
+      b += r->x.bytes + r->xn.bytes + r->qkv.bytes + r->q.bytes + r->att.bytes + r->act.bytes + r->logits.bytes +
+           r->small.bytes + r->attn_scratch.bytes;
+    return b;
   }
   uint32_t max_chunk() const override { return chunk_; }
 
@@ -129,52 +158,64 @@ class CudaBackend final : public Backend {
     QSP_FAIL_IF(!kern::format_supported(m.dtype), QSP_ERR_UNSUPPORTED,
                 "%s: the CUDA backend has no kernels for %s weights yet", where, fmt::name(m.dtype));
     // Each shard's piece is a matrix of its own.
-    for (uint32_t s = 0; s < pieces(slot); ++s) {
+    const uint32_t cuts = slot.split == Split::kNone ? 1 : n_sh_;
+    for (uint32_t s = 0; s < cuts; ++s) {
       const uint64_t rows = part_.rows(slot, s).size(), cols = part_.cols(slot, s).size();
       const char* why = nullptr;
       QSP_FAIL_IF(!kern::gemm_supported(kern::format_for(m.dtype), int64_t(rows), int64_t(cols), &why),
                   QSP_ERR_UNSUPPORTED, "%s: the CUDA GEMM does not support %s %llux%llu%s: %s", where,
                   fmt::name(m.dtype), (unsigned long long)rows, (unsigned long long)cols,
-                  pieces(slot) > 1 ? strprintf(" (shard %u of %u)", s, n_sh_).c_str() : "", why ? why : "");
+                  cuts > 1 ? strprintf(" (shard %u of %u)", s, n_sh_).c_str() : "", why ? why : "");
     }
   }
 
-  // A sharded context's cut matrices are pieces, not the plain tensor: their
-  // own cache entry per shard count and side (engine/weight_cache.h).
+  // The plain tensor (0) where this context keeps a slot as one piece on its
+  // one device; else a variant per form: the shard count and the side cut,
+  // and for a context spanning devices the devices too (every slot is then
+  // a piece per device).
   uint64_t cache_variant(const SlotDesc& slot) const override {
-    return pieces(slot) > 1 ? uint64_t(n_sh_) << 8 | uint64_t(slot.split) : 0;
+    if (pieces(slot) == 1) return 0;
+    uint64_t mask = 0;
+    if (ranks_.size() > 1)
+      for (const auto& r : ranks_) mask |= uint64_t(1) << r->dev;
+    return mask << 32 | uint64_t(n_sh_) << 8 | uint64_t(slot.split);
   }
 
   // Matrices: repacked into pinned staging slots by all cores, piece by
   // piece, each piece's copy overlapping the next piece's repack
   // (staged_upload); without staging (pinned memory refused, say) the whole
   // matrix is repacked into pageable memory and copied at once. A slot the
-  // shards cut: each shard's rows / columns as a matrix of its own. Vectors:
-  // fp32 at once. Returns once the copies are complete, so any stream may
-  // use the tensor.
+  // shards cut: each shard's rows / columns as a matrix of its own, on its
+  // rank's device; a replicated slot of a context spanning devices: a copy
+  // per device. Vectors: fp32 at once. Returns once the copies are
+  // complete, so any stream may use the tensor.
   std::unique_ptr<Tensor> upload(const TensorMeta& m, const SlotDesc& slot, const void* data) override {
     const auto start = std::chrono::steady_clock::now();
-    QSP_CUDA_CHECK(cudaSetDevice(dev_));
     const uint32_t n = pieces(slot);
-    std::unique_ptr<CudaTensor> t(new CudaTensor(m, dev_, n));
+    std::unique_ptr<CudaTensor> t(new CudaTensor(m, n));
     if (m.role == TensorRole::kVector) {
-      CudaTensor::Piece& p = t->piece(0);
       std::vector<float> host(m.cols);
       fmt::dequantize_row(m.dtype, data, host.data(), m.cols);
-      p.buf.alloc(host.size() * sizeof(float), "weight upload");
-      QSP_CUDA_CHECK(cudaMemcpyAsync(p.buf.ptr, host.data(), p.buf.bytes, cudaMemcpyHostToDevice, stream_));
-      QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      t->stored_bytes = p.buf.bytes;
-      p.vec = static_cast<const float*>(p.buf.ptr);
+      for (uint32_t i = 0; i < n; ++i) {
+        Rank& r = rank_of(i);
+        CudaTensor::Piece& p = t->piece(i);
+        QSP_CUDA_CHECK(cudaSetDevice(r.dev));
+        p.dev = r.dev;
+        p.buf.alloc(host.size() * sizeof(float), "weight upload");
+        QSP_CUDA_CHECK(cudaMemcpyAsync(p.buf.ptr, host.data(), p.buf.bytes, cudaMemcpyHostToDevice, r.stream));
+        QSP_CUDA_CHECK(cudaStreamSynchronize(r.stream));
+        t->stored_bytes += p.buf.bytes;
+        p.vec = static_cast<const float*>(p.buf.ptr);
+      }
       return std::unique_ptr<Tensor>(t.release());
     }
     std::vector<uint8_t> cut;  // a shard's columns, gathered row by row
-    for (uint32_t s = 0; s < n; ++s) {
+    for (uint32_t i = 0; i < n; ++i) {
       TensorMeta pm = m;
       const void* pd = data;
-      if (n > 1) {
+      if (slot.split != Split::kNone) {
         // The partition's ranges fall on block boundaries (check_tensor).
-        const Range r = part_.rows(slot, s), c = part_.cols(slot, s);
+        const Range r = part_.rows(slot, i), c = part_.cols(slot, i);
         pm.rows = r.size();
         pm.cols = c.size();
         pm.bytes = fmt::tensor_bytes(m.dtype, pm.rows, pm.cols);
@@ -185,39 +226,47 @@ class CudaBackend final : public Backend {
         } else {
           const uint64_t skip = fmt::tensor_bytes(m.dtype, 1, c.begin), piece_row = pm.bytes / pm.rows;
           cut.resize(pm.bytes);
-          for (uint64_t i = 0; i < pm.rows; ++i)
-            std::memcpy(cut.data() + i * piece_row, first + i * row_bytes + skip, piece_row);
+          for (uint64_t k = 0; k < pm.rows; ++k)
+            std::memcpy(cut.data() + k * piece_row, first + k * row_bytes + skip, piece_row);
           pd = cut.data();
         }
       }
-      upload_matrix(pm, pd, t->piece(s));
-      t->stored_bytes += t->piece(s).buf.bytes;
+      upload_matrix(pm, pd, rank_of(i), t->piece(i));
+      t->stored_bytes += t->piece(i).buf.bytes;
     }
     upload_stats_.total_s += seconds_since(start);
     return std::unique_ptr<Tensor>(t.release());
   }
 
   void prefill(const ModelTensors& w, const PrefillChunk& c) override {
-    QSP_CUDA_CHECK(cudaSetDevice(dev_));
-    int32_t* hs = static_cast<int32_t*>(h_small_.ptr);
-    hs[0] = int32_t(c.past);
-    if (c.tokens) std::memcpy(hs + 2, c.tokens, c.n * sizeof(int32_t));
+    for (auto& r : ranks_) {
+      int32_t* hs = static_cast<int32_t*>(r->h_small.ptr);
+      hs[0] = int32_t(c.past);
+      if (c.tokens) std::memcpy(hs + 2, c.tokens, c.n * sizeof(int32_t));
+    }
     logits_fresh_ = false;
 
     // Token chunks replay a captured graph of their shape (embeddings come
-    // from a caller's pointer per call: always eager).
-    if (c.tokens) {
-      const cudaGraphExec_t g = graphs_.get({c.n, c.want_logits}, weight_ids(w), stream_,
+    // from a caller's pointer per call: always eager). A context with NCCL
+    // runs eagerly.
+    Rank& r0 = *ranks_[0];
+    if (c.tokens && !r0.comm) {
+      QSP_CUDA_CHECK(cudaSetDevice(r0.dev));
+      const cudaGraphExec_t g = graphs_.get({c.n, c.want_logits}, weight_ids(w), r0.stream,
                                             [&] { enqueue(w, c, /*capturing=*/true); });
       if (g) {
-        QSP_CUDA_CHECK(cudaGraphLaunch(g, stream_));
-        QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        QSP_CUDA_CHECK(cudaGraphLaunch(g, r0.stream));
+        QSP_CUDA_CHECK(cudaStreamSynchronize(r0.stream));
         return;
       }
     }
     enqueue(w, c);
-    QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    QSP_CUDA_CHECK(cudaGetLastError());
+    for (auto& r : ranks_) {
+      QSP_CUDA_CHECK(cudaSetDevice(r->dev));
+      QSP_CUDA_CHECK(cudaStreamSynchronize(r->stream));
+      QSP_CUDA_CHECK(cudaGetLastError());
+    }
+    if (c.want_logits && ranks_.size() > 1) pick_greedy();
   }
 
   // Tokens one batched pass holds: the batch space grows to this at most.
@@ -228,15 +277,20 @@ class CudaBackend final : public Backend {
   // take each token's piece from a table (kern::SeqDesc), so every piece
   // writes and reads only its own context's cache; the last token of each
   // piece that wants logits gets them (one GEMM over those rows) and its
-  // argmax, delivered to the owning context.
+  // argmax, delivered to the owning context. Contexts on one device only
+  // (a context spanning devices runs its pieces one by one, for now).
   bool prefill_batch(const ModelTensors& w, const std::vector<BatchPiece>& pieces) override {
-    QSP_CUDA_CHECK(cudaSetDevice(dev_));
+    if (ranks_.size() > 1 || ranks_[0]->comm) return false;
+    Rank& r0 = *ranks_[0];
+    QSP_CUDA_CHECK(cudaSetDevice(r0.dev));
+    const cudaStream_t stream = r0.stream;
     const ModelConfig& m = cfg_;
     const uint32_t S = uint32_t(pieces.size());
     std::vector<CudaBackend*> owner(S);
     for (uint32_t i = 0; i < S; ++i) {
       owner[i] = dynamic_cast<CudaBackend*>(pieces[i].owner);
-      QSP_FAIL_IF(!owner[i] || owner[i]->dev_ != dev_, QSP_ERR_INTERNAL, "batched pass: a piece of another device");
+      QSP_FAIL_IF(!owner[i] || owner[i]->ranks_.size() != 1 || owner[i]->ranks_[0]->dev != r0.dev,
+                  QSP_ERR_INTERNAL, "batched pass: a piece of another device");
     }
     // Token pieces first, so that one embedding launch covers them all.
     std::vector<uint32_t> order;
@@ -269,18 +323,17 @@ class CudaBackend final : public Backend {
     for (uint32_t k = 0; k < S; ++k) {
       const uint32_t i = order[k];
       const PrefillChunk& c = pieces[i].chunk;
-      kern::SeqDesc& d = seqs[k];
-      d.k_cache = as<__half>(owner[i]->k_cache_);
-      d.v_cache = as<__half>(owner[i]->v_cache_);
-      d.max_seq = int32_t(owner[i]->cfg_.max_seq);
-      d.past = int32_t(c.past);
-      d.start = int32_t(start);
-      d.n = int32_t(c.n);
-      for (uint32_t sh = 1; sh < n_sh_; ++sh) {
-        kern::SeqDesc& e = seqs[size_t(sh) * S + k];
-        e = d;
-        e.k_cache += sh * owner[i]->shard_kv_elems_;  // its max_seq, not necessarily this one's
-        e.v_cache += sh * owner[i]->shard_kv_elems_;
+      const Rank& o = *owner[i]->ranks_[0];
+      for (uint32_t sh = 0; sh < n_sh_; ++sh) {
+        kern::SeqDesc& d = seqs[size_t(sh) * S + k];
+        // The owner's part of its cache for shard sh (its max_seq, not
+        // necessarily this context's).
+        d.k_cache = as<__half>(o.k_cache) + sh * owner[i]->shard_kv_elems_;
+        d.v_cache = as<__half>(o.v_cache) + sh * owner[i]->shard_kv_elems_;
+        d.max_seq = int32_t(owner[i]->cfg_.max_seq);
+        d.past = int32_t(c.past);
+        d.start = int32_t(start);
+        d.n = int32_t(c.n);
       }
       if (c.tokens) tokens.insert(tokens.end(), c.tokens, c.tokens + c.n);
       token_seq.insert(token_seq.end(), c.n, int32_t(k));
@@ -297,7 +350,7 @@ class CudaBackend final : public Backend {
     });
 
     std::shared_ptr<BatchSpace> space = batch_space_;
-    if (!space) space = batch_space_ = batch_space(dev_);
+    if (!space) space = batch_space_ = batch_space(r0.dev);
     std::lock_guard<std::mutex> lock(space->mu);
     const size_t H = m.hidden, Q = m.q_dim(), F = m.ffn;
     BatchSpace::ensure(space->x, T * H * sizeof(float), "batch residual stream");
@@ -333,18 +386,18 @@ class CudaBackend final : public Backend {
     std::memcpy(h + o_tokens, tokens.data(), tokens.size() * sizeof(int32_t));
     std::memcpy(h + o_tseq, token_seq.data(), T * sizeof(int32_t));
     std::memcpy(h + o_rows, rows.data(), rows.size() * sizeof(int32_t));
-    QSP_CUDA_CHECK(cudaMemcpyAsync(d, h, up_bytes, cudaMemcpyHostToDevice, stream_));
+    QSP_CUDA_CHECK(cudaMemcpyAsync(d, h, up_bytes, cudaMemcpyHostToDevice, stream));
 
     const Acts a{as<float>(space->x), as<__half>(space->xn), as<float>(space->qkv), as<__half>(space->q),
                  as<__half>(space->att), as<__half>(space->act), nullptr, 0};
     if (T_tok)
       QSP_CUDA_CHECK(kern::embed(W(w[kTokenEmbd]), reinterpret_cast<const int32_t*>(d + o_tokens), int32_t(T_tok),
-                                 a.x, stream_));
+                                 a.x, stream));
     for (uint32_t k = 0; k < S; ++k) {
       const PrefillChunk& c = pieces[order[k]].chunk;
       if (!c.tokens)
         QSP_CUDA_CHECK(cudaMemcpyAsync(a.x + size_t(seqs[k].start) * H, c.embeddings, size_t(c.n) * H * sizeof(float),
-                                       cudaMemcpyHostToDevice, stream_));
+                                       cudaMemcpyHostToDevice, stream));
     }
     KvTarget kv;
     kv.seqs = reinterpret_cast<const kern::SeqDesc*>(d + o_seqs);
@@ -353,43 +406,119 @@ class CudaBackend final : public Backend {
     kv.tiles = reinterpret_cast<const int2*>(d + o_tiles);
     kv.n_tiles = int32_t(tiles.size());
     kv.max_piece = int32_t(max_piece);
-    enqueue_layers(w, int32_t(T), a, kv);
+    enqueue_layers(w, int32_t(T), &a, &kv);
 
     if (R > 0) {
       float* lg = as<float>(space->logits);
       int32_t* d_argmax = reinterpret_cast<int32_t*>(d + o_argmax);
       QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, int32_t(H), V(w[kOutputNorm]), a.xn, int32_t(R), int32_t(H), m.rms_eps,
-                                       stream_, reinterpret_cast<const int32_t*>(d + o_rows)));
-      lm_head(w, a.xn, int32_t(R), lg);
-      QSP_CUDA_CHECK(kern::argmax_rows(lg, int32_t(m.vocab), int64_t(m.vocab), int32_t(R), d_argmax, stream_));
+                                       stream, reinterpret_cast<const int32_t*>(d + o_rows)));
+      lm_head(w, r0, a.xn, int32_t(R), lg, int32_t(m.vocab));
+      QSP_CUDA_CHECK(kern::argmax_rows(lg, int32_t(m.vocab), int64_t(m.vocab), int32_t(R), d_argmax, stream));
       for (uint32_t r = 0; r < R; ++r)
-        QSP_CUDA_CHECK(cudaMemcpyAsync(owner[row_owner[r]]->logits_.ptr, lg + size_t(r) * m.vocab,
-                                       size_t(m.vocab) * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
-      QSP_CUDA_CHECK(cudaMemcpyAsync(h + o_argmax, d_argmax, R * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+        QSP_CUDA_CHECK(cudaMemcpyAsync(owner[row_owner[r]]->ranks_[0]->logits.ptr, lg + size_t(r) * m.vocab,
+                                       size_t(m.vocab) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+      QSP_CUDA_CHECK(cudaMemcpyAsync(h + o_argmax, d_argmax, R * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
     }
     for (CudaBackend* o : owner) o->logits_fresh_ = false;
-    QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    QSP_CUDA_CHECK(cudaStreamSynchronize(stream));
     QSP_CUDA_CHECK(cudaGetLastError());
     for (uint32_t r = 0; r < R; ++r)
-      static_cast<int32_t*>(owner[row_owner[r]]->h_small_.ptr)[1] = reinterpret_cast<const int32_t*>(h + o_argmax)[r];
+      static_cast<int32_t*>(owner[row_owner[r]]->ranks_[0]->h_small.ptr)[1] =
+          reinterpret_cast<const int32_t*>(h + o_argmax)[r];
     return true;
   }
 
+  // One rank: its logits are the whole vocabulary, copied on demand. Ranks
+  // on several devices: each slice was copied when the chunk ran
+  // (pick_greedy).
   const float* logits() override {
     if (!logits_fresh_) {
-      QSP_CUDA_CHECK(cudaSetDevice(dev_));
-      QSP_CUDA_CHECK(cudaMemcpyAsync(h_logits_.ptr, logits_.ptr, logits_.bytes, cudaMemcpyDeviceToHost, stream_));
-      QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      Rank& r0 = *ranks_[0];
+      QSP_CUDA_CHECK(cudaSetDevice(r0.dev));
+      QSP_CUDA_CHECK(cudaMemcpyAsync(h_logits_.ptr, r0.logits.ptr, r0.logits.bytes, cudaMemcpyDeviceToHost, r0.stream));
+      QSP_CUDA_CHECK(cudaStreamSynchronize(r0.stream));
       logits_fresh_ = true;
     }
     return static_cast<const float*>(h_logits_.ptr);
   }
 
-  int32_t greedy_token() override { return static_cast<const int32_t*>(h_small_.ptr)[1]; }
+  int32_t greedy_token() override {
+    return ranks_.size() == 1 ? static_cast<const int32_t*>(ranks_[0]->h_small.ptr)[1] : greedy_;
+  }
 
  private:
-  // The activation buffers a chunk runs in: this context's own, or the
-  // device's batch space.
+  // What one device does for this context: its shards [first, first +
+  // count), run in turn, on its stream, with its activations and its part
+  // of the KV cache ([its shard][layer][the shard's KV head][max_seq]
+  // [head_dim] fp16), and its LM-head rows [vocab_begin, vocab_end).
+  struct Rank {
+    int dev = 0;
+    uint32_t first = 0, count = 1;
+    uint64_t vocab_begin = 0, vocab_end = 0;
+    cudaDeviceProp prop{};
+    Stream stream_holder;  // declared before the buffers: destroyed after them
+    cudaStream_t stream = nullptr;
+    DeviceBuffer k_cache, v_cache;
+    DeviceBuffer x, xn, qkv, q, att, act, logits, small, attn_scratch;
+    size_t attn_scratch_bytes = 0;
+    PinnedBuffer h_small;  // [0] past, [1] argmax (of its logits), [2..] tokens
+    void* comm = nullptr;  // its NCCL communicator (contexts spanning devices)
+    // Weight upload (ensure_staging): released after the destructor
+    // synchronized the stream (every upload synchronizes before it returns).
+    std::shared_ptr<UploadStaging> staging;
+    bool staging_failed = false;
+  };
+
+  void init_rank(Rank& r) {
+    QSP_CUDA_CHECK(cudaSetDevice(r.dev));
+    QSP_CUDA_CHECK(cudaGetDeviceProperties(&r.prop, r.dev));
+    QSP_FAIL_IF(r.prop.major < 8, QSP_ERR_UNSUPPORTED, "%s (device %d) is compute capability %d.%d; qsp needs 8.0 or newer",
+                r.prop.name, r.dev, r.prop.major, r.prop.minor);
+    QSP_CUDA_CHECK(cudaStreamCreateWithFlags(&r.stream_holder.s, cudaStreamNonBlocking));
+    r.stream = r.stream_holder.s;
+    const ModelConfig& cfg = cfg_;
+    const size_t C = chunk_, H = cfg.hidden, Q = size_t(sh_q_), F = size_t(sh_ffn_);
+    const size_t kv_elems = shard_kv_elems_ * r.count;
+    r.k_cache.alloc(kv_elems * sizeof(__half), "KV cache (keys)");
+    r.v_cache.alloc(kv_elems * sizeof(__half), "KV cache (values)");
+    r.x.alloc(C * H * sizeof(float), "residual stream");
+    r.xn.alloc(C * H * sizeof(__half), "normed activations");
+    r.qkv.alloc(C * size_t(qkv_ld_) * sizeof(float), "qkv");
+    r.q.alloc(C * Q * sizeof(__half), "queries");
+    r.att.alloc(C * Q * sizeof(__half), "attention output");
+    r.act.alloc(C * F * sizeof(__half), "SwiGLU output");
+    r.logits.alloc(size_t(r.vocab_end - r.vocab_begin) * sizeof(float), "logits");
+    r.small.alloc((2 + C) * sizeof(int32_t), "positions/tokens");
+    r.attn_scratch_bytes = kern::attention_scratch_bytes(int32_t(C), sh_heads_, int32_t(cfg.head_dim),
+                                                         int32_t(cfg.max_seq));
+    if (r.attn_scratch_bytes) r.attn_scratch.alloc(r.attn_scratch_bytes, "attention scratch");
+    r.h_small.alloc((2 + C) * sizeof(int32_t), "positions/tokens");
+  }
+
+  // A communicator per rank (ncclCommInitAll: one process drives them all).
+  // QSP_NCCL_ONE_RANK=1 (a test aid) gives one rank a communicator too, so
+  // that the all-reduce path runs on a machine with one GPU.
+  void init_nccl() {
+    nccl_ = &nccl();  // throws QSP_ERR_UNSUPPORTED naming what is missing
+    std::vector<int> devs;
+    for (const auto& r : ranks_) devs.push_back(r->dev);
+    std::vector<void*> comms(ranks_.size(), nullptr);
+    nccl_check(nccl_->comm_init_all(comms.data(), int(devs.size()), devs.data()), "ncclCommInitAll");
+    for (size_t i = 0; i < ranks_.size(); ++i) ranks_[i]->comm = comms[i];
+  }
+
+  void nccl_check(int result, const char* what) const {
+    if (result == 0) return;
+    const char* why = nccl_->get_error_string(result);
+    throw Error(QSP_ERR_DEVICE, strprintf("NCCL error in %s: %s (%d)", what, why ? why : "unknown", result));
+  }
+
+  // Rank that holds piece i of a slot's tensor (pieces()).
+  Rank& rank_of(uint32_t piece) { return ranks_.size() == 1 ? *ranks_[0] : *ranks_[piece]; }
+
+  // The activation buffers a chunk runs in: a rank's own, or the device's
+  // batch space.
   struct Acts {
     float* x;
     __half* xn;
@@ -400,14 +529,14 @@ class CudaBackend final : public Backend {
     void* attn_scratch;
     size_t attn_scratch_bytes;
   };
-  Acts own_acts() {
-    return Acts{as<float>(x_), as<__half>(xn_), as<float>(qkv_), as<__half>(q_), as<__half>(att_), as<__half>(act_),
-                attn_scratch_.ptr, attn_scratch_bytes_};
+  static Acts own_acts(const Rank& r) {
+    return Acts{as<float>(r.x),   as<__half>(r.xn),  as<float>(r.qkv), as<__half>(r.q),
+                as<__half>(r.att), as<__half>(r.act), r.attn_scratch.ptr, r.attn_scratch_bytes};
   }
 
-  // Where a chunk's keys and values go and which keys its queries see: this
-  // context's cache from position *past (a device int), or, in a batched
-  // pass, each piece's own cache (kern::SeqDesc).
+  // Where a chunk's keys and values go and which keys its queries see: a
+  // rank's cache from position *past (a device int), or, in a batched pass,
+  // each piece's own cache (kern::SeqDesc).
   struct KvTarget {
     const int32_t* past = nullptr;          // single context
     const kern::SeqDesc* seqs = nullptr;    // batched pass: pieces (n_seqs per shard),
@@ -418,59 +547,135 @@ class CudaBackend final : public Backend {
     int32_t max_piece = 0;
   };
 
-  // Enqueues one chunk on the stream (also used while capturing the graph).
+  // Enqueues one chunk on every rank's stream (also used while capturing the
+  // graph: one rank).
   void enqueue(const ModelTensors& w, const PrefillChunk& c, bool capturing = false) {
     const int32_t n = int32_t(c.n), H = int32_t(cfg_.hidden);
-    int32_t* d_small = as<int32_t>(small_);
-    int32_t* d_past = d_small;
-    int32_t* d_argmax = d_small + 1;
-    int32_t* d_tokens = d_small + 2;
-    int32_t* hs = static_cast<int32_t*>(h_small_.ptr);
-    // Position (and tokens) from pinned memory: in a graph these are memcpy
-    // nodes reading the same pinned addresses, refilled before each replay.
-    if (poison_) poison_scratch(c, capturing);
-    QSP_CUDA_CHECK(cudaMemcpyAsync(d_past, hs, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-    const Acts a = own_acts();
-    if (c.tokens) {
-      QSP_CUDA_CHECK(cudaMemcpyAsync(d_tokens, hs + 2, c.n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-      QSP_CUDA_CHECK(kern::embed(W(w[kTokenEmbd]), d_tokens, n, a.x, stream_));
-    } else {
-      QSP_CUDA_CHECK(cudaMemcpyAsync(a.x, c.embeddings, size_t(c.n) * H * sizeof(float), cudaMemcpyHostToDevice,
-                                     stream_));
+    std::vector<Acts> acts;
+    std::vector<KvTarget> kvs;
+    for (auto& rp : ranks_) {
+      Rank& r = *rp;
+      QSP_CUDA_CHECK(cudaSetDevice(r.dev));
+      int32_t* d_small = as<int32_t>(r.small);
+      int32_t* hs = static_cast<int32_t*>(r.h_small.ptr);
+      // Position (and tokens) from pinned memory: in a graph these are memcpy
+      // nodes reading the same pinned addresses, refilled before each replay.
+      if (poison_) poison_scratch(r, c, capturing);
+      QSP_CUDA_CHECK(cudaMemcpyAsync(d_small, hs, sizeof(int32_t), cudaMemcpyHostToDevice, r.stream));
+      const Acts a = own_acts(r);
+      if (c.tokens) {
+        QSP_CUDA_CHECK(cudaMemcpyAsync(d_small + 2, hs + 2, c.n * sizeof(int32_t), cudaMemcpyHostToDevice, r.stream));
+        QSP_CUDA_CHECK(kern::embed(W(w[kTokenEmbd], r.first), d_small + 2, n, a.x, r.stream));
+      } else {
+        QSP_CUDA_CHECK(cudaMemcpyAsync(a.x, c.embeddings, size_t(c.n) * H * sizeof(float), cudaMemcpyHostToDevice,
+                                       r.stream));
+      }
+      acts.push_back(a);
+      KvTarget kv;
+      kv.past = d_small;
+      kvs.push_back(kv);
     }
-    KvTarget kv;
-    kv.past = d_past;
-    enqueue_layers(w, n, a, kv);
+    enqueue_layers(w, n, acts.data(), kvs.data());
     if (!c.want_logits) return;
-    QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x + size_t(n - 1) * H, H, V(w[kOutputNorm]), a.xn, 1, H, cfg_.rms_eps, stream_));
-    lm_head(w, a.xn, 1, as<float>(logits_));
-    QSP_CUDA_CHECK(kern::argmax(as<float>(logits_), int32_t(cfg_.vocab), d_argmax, stream_));
-    QSP_CUDA_CHECK(cudaMemcpyAsync(hs + 1, d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      Rank& r = *ranks_[i];
+      const Acts& a = acts[i];
+      QSP_CUDA_CHECK(cudaSetDevice(r.dev));
+      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x + size_t(n - 1) * H, H, V(w[kOutputNorm], r.first), a.xn, 1, H,
+                                       cfg_.rms_eps, r.stream));
+      float* lg = as<float>(r.logits);
+      const int32_t rows = int32_t(r.vocab_end - r.vocab_begin);
+      lm_head(w, r, a.xn, 1, lg, rows);
+      int32_t* d_argmax = as<int32_t>(r.small) + 1;
+      QSP_CUDA_CHECK(kern::argmax(lg, rows, d_argmax, r.stream));
+      int32_t* hs = static_cast<int32_t*>(r.h_small.ptr);
+      QSP_CUDA_CHECK(cudaMemcpyAsync(hs + 1, d_argmax, sizeof(int32_t), cudaMemcpyDeviceToHost, r.stream));
+      // Ranks on several devices: the gather, each rank's slice into the
+      // host logits (pick_greedy compares the ranks' argmaxes).
+      if (ranks_.size() > 1)
+        QSP_CUDA_CHECK(cudaMemcpyAsync(static_cast<float*>(h_logits_.ptr) + r.vocab_begin, lg,
+                                       size_t(rows) * sizeof(float), cudaMemcpyDeviceToHost, r.stream));
+    }
   }
 
-  // Every layer over n tokens already embedded in a.x (the residual stream):
-  // per block, the shards in turn, each adding its product into a.x.
-  void enqueue_layers(const ModelTensors& w, int32_t n, const Acts& a, const KvTarget& kv) {
+  // The argmax across ranks, once their slices arrived (prefill): each
+  // rank's (lowest id on ties within it), then the best of those, the lower
+  // rank on ties. NaN never wins; all-NaN logits give token 0.
+  void pick_greedy() {
+    const float* lg = static_cast<const float*>(h_logits_.ptr);
+    int64_t best = -1;
+    for (const auto& r : ranks_) {
+      const int64_t i = int64_t(r->vocab_begin) + static_cast<const int32_t*>(r->h_small.ptr)[1];
+      if (!std::isnan(lg[i]) && (best < 0 || lg[i] > lg[best])) best = i;
+    }
+    greedy_ = best < 0 ? 0 : int32_t(best);
+    logits_fresh_ = true;
+  }
+
+  // Every layer over n tokens already embedded in each rank's acts[i].x
+  // (the residual stream): per block, each rank's shards in turn, then the
+  // all-reduce across ranks.
+  void enqueue_layers(const ModelTensors& w, int32_t n, const Acts* acts, const KvTarget* kvs) {
     const ModelConfig& m = cfg_;
     const int32_t H = int32_t(m.hidden);
     for (uint32_t l = 0; l < m.n_layers; ++l) {
       const LayerTensors& L = w.layers[l];
-      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kAttnNorm]), a.xn, n, H, m.rms_eps, stream_));
-      for (uint32_t s = 0; s < n_sh_; ++s) enqueue_attention(L, l, s, n, a, kv);
-      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kFfnNorm]), a.xn, n, H, m.rms_eps, stream_));
-      for (uint32_t s = 0; s < n_sh_; ++s) {
-        gemm(a.xn, H, n, W(L[kWGate], s), &W(L[kWUp], s), kern::Epilogue::kSwiGLU, a.act, nullptr, sh_ffn_);
-        gemm(a.act, sh_ffn_, n, W(L[kWDown], s), nullptr, kern::Epilogue::kAddF32, nullptr, a.x, H);
+      for (size_t i = 0; i < ranks_.size(); ++i) {
+        Rank& r = *ranks_[i];
+        const Acts& a = acts[i];
+        QSP_CUDA_CHECK(cudaSetDevice(r.dev));
+        QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kAttnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
+        for (uint32_t s = r.first; s < r.first + r.count; ++s) enqueue_attention(L, l, r, s, n, a, kvs[i]);
       }
+      all_reduce(acts, n);
+      for (size_t i = 0; i < ranks_.size(); ++i) {
+        Rank& r = *ranks_[i];
+        const Acts& a = acts[i];
+        QSP_CUDA_CHECK(cudaSetDevice(r.dev));
+        QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kFfnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
+        for (uint32_t s = r.first; s < r.first + r.count; ++s) {
+          gemm(r.stream, a.xn, H, n, W(L[kWGate], s), &W(L[kWUp], s), kern::Epilogue::kSwiGLU, a.act, nullptr,
+               sh_ffn_);
+          gemm(r.stream, a.act, sh_ffn_, n, W(L[kWDown], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
+        }
+      }
+      all_reduce(acts, n);
     }
   }
 
-  // Shard s's heads of layer l over the normed a.xn: QKV, QK-norm + RoPE
-  // with its KV-cache write, attention, and its columns of wo added into a.x.
-  void enqueue_attention(const LayerTensors& L, uint32_t l, uint32_t s, int32_t n, const Acts& a,
+  // How shard s of rank r puts its wo / w_down product into the residual
+  // stream: added, except the first shard of a rank other than 0 with a
+  // communicator, which stores it over its copy (the all-reduce then adds
+  // the copies: x + every product, once).
+  kern::Epilogue sum_epilogue(const Rank& r, uint32_t s) const {
+    return r.comm && &r != ranks_[0].get() && s == r.first ? kern::Epilogue::kStoreF32 : kern::Epilogue::kAddF32;
+  }
+
+  // The residual streams of all ranks summed in place (one rank without a
+  // communicator: nothing to do, its shards added into it).
+  void all_reduce(const Acts* acts, int32_t n) {
+    if (!ranks_[0]->comm) return;
+    const NcclLib& lib = *nccl_;
+    const size_t count = size_t(n) * cfg_.hidden;
+    nccl_check(lib.group_start(), "ncclGroupStart");
+    int result = 0;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      Rank& r = *ranks_[i];
+      const int e = lib.all_reduce(acts[i].x, acts[i].x, count, kNcclFloat32, kNcclSum, r.comm, r.stream);
+      if (e != 0 && result == 0) result = e;
+    }
+    const int end = lib.group_end();
+    nccl_check(result ? result : end, "ncclAllReduce");
+  }
+
+  // Shard s's heads of layer l, on rank r, over the normed a.xn: QKV,
+  // QK-norm + RoPE with its KV-cache write, attention, and its columns of wo
+  // into a.x (sum_epilogue).
+  void enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n, const Acts& a,
                          const KvTarget& kv) {
     const ModelConfig& m = cfg_;
     const int32_t H = int32_t(m.hidden), Q = sh_q_, KV = sh_kv_;
+    const cudaStream_t stream = r.stream;
     {
       // Q | K | V are adjacent columns of qkv: one launch where the formats allow.
       const kern::DWeight &wq = W(L[kWq], s), &wk = W(L[kWk], s), &wv = W(L[kWv], s);
@@ -478,27 +683,27 @@ class CudaBackend final : public Backend {
                            wv.fmt == wq.fmt && int64_t(wq.rows) == Q && int64_t(wk.rows) == KV;
       if (grouped) {
         const kern::DWeight cat[2] = {wk, wv};
-        gemm(a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_, cat);
+        gemm(stream, a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_, cat);
       } else {
-        gemm(a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_);
-        gemm(a.xn, H, n, wk, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q, qkv_ld_);
-        gemm(a.xn, H, n, wv, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q + KV, qkv_ld_);
+        gemm(stream, a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_);
+        gemm(stream, a.xn, H, n, wk, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q, qkv_ld_);
+        gemm(stream, a.xn, H, n, wv, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q + KV, qkv_ld_);
       }
     }
 
-    kern::QkRopeArgs r;
-    r.qkv = a.qkv;
-    r.ld = qkv_ld_;
-    r.q_norm = V(L[kQNorm]);
-    r.k_norm = V(L[kKNorm]);
-    r.q_out = a.q;
-    r.M = n;
-    r.n_heads = sh_heads_;
-    r.n_kv_heads = sh_kv_heads_;
-    r.head_dim = int32_t(m.head_dim);
-    r.eps = m.rms_eps;
-    r.theta = m.rope_theta;
-    r.rope_style = m.rope_style;
+    kern::QkRopeArgs rp;
+    rp.qkv = a.qkv;
+    rp.ld = qkv_ld_;
+    rp.q_norm = V(L[kQNorm], s);
+    rp.k_norm = V(L[kKNorm], s);
+    rp.q_out = a.q;
+    rp.M = n;
+    rp.n_heads = sh_heads_;
+    rp.n_kv_heads = sh_kv_heads_;
+    rp.head_dim = int32_t(m.head_dim);
+    rp.eps = m.rms_eps;
+    rp.theta = m.rope_theta;
+    rp.rope_style = m.rope_style;
     kern::AttnArgs at;
     at.q = a.q;
     at.out = a.att;
@@ -510,54 +715,54 @@ class CudaBackend final : public Backend {
     at.scratch = a.attn_scratch;
     at.scratch_bytes = a.attn_scratch_bytes;
     if (kv.seqs) {
-      r.seqs = at.seqs = kv.seqs + size_t(s) * kv.n_seqs;
-      r.token_seq = kv.token_seq;
-      r.layer = at.layer = int32_t(l);
+      rp.seqs = at.seqs = kv.seqs + size_t(s) * kv.n_seqs;
+      rp.token_seq = kv.token_seq;
+      rp.layer = at.layer = int32_t(l);
       at.tiles = kv.tiles;
       at.n_tiles = kv.n_tiles;
       at.max_piece = kv.max_piece;
     } else {
-      // The cache is [shard][layer][the shard's KV head][max_seq][head_dim].
       const size_t layer_kv = size_t(sh_kv_heads_) * m.max_seq * m.head_dim;
-      const size_t off = s * shard_kv_elems_ + l * layer_kv;
-      __half* kc = as<__half>(k_cache_) + off;
-      __half* vc = as<__half>(v_cache_) + off;
-      r.k_cache = kc;
-      r.v_cache = vc;
+      const size_t off = (s - r.first) * shard_kv_elems_ + l * layer_kv;
+      __half* kc = as<__half>(r.k_cache) + off;
+      __half* vc = as<__half>(r.v_cache) + off;
+      rp.k_cache = kc;
+      rp.v_cache = vc;
       at.k_cache = kc;
       at.v_cache = vc;
-      r.max_seq = at.max_seq = int32_t(m.max_seq);
-      r.past = at.past = kv.past;
+      rp.max_seq = at.max_seq = int32_t(m.max_seq);
+      rp.past = at.past = kv.past;
     }
-    QSP_CUDA_CHECK(kern::qk_rope(r, stream_));
-    QSP_CUDA_CHECK(kern::attention(at, stream_));
-    gemm(a.att, Q, n, W(L[kWo], s), nullptr, kern::Epilogue::kAddF32, nullptr, a.x, H);
+    QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
+    QSP_CUDA_CHECK(kern::attention(at, stream));
+    gemm(stream, a.att, Q, n, W(L[kWo], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
   }
 
-  // The logits of M normed rows xn into out ([M][vocab]): each shard's
-  // vocabulary rows into its slice (the gather).
-  void lm_head(const ModelTensors& w, const __half* xn, int32_t M, float* out) {
+  // The logits of M normed rows xn on rank r: each of its shards' vocabulary
+  // rows into its slice of out ([M][ldo], column 0 = the rank's first row).
+  void lm_head(const ModelTensors& w, const Rank& r, const __half* xn, int32_t M, float* out, int32_t ldo) {
     const SlotDesc& head = kModelSlots[kLmHead];
-    for (uint32_t s = 0; s < pieces(head); ++s)
-      gemm(xn, int32_t(cfg_.hidden), M, W(w[kLmHead], s), nullptr, kern::Epilogue::kStoreF32, nullptr,
-           out + part_.rows(head, s).begin, int32_t(cfg_.vocab));
+    for (uint32_t s = r.first; s < r.first + r.count; ++s)
+      gemm(r.stream, xn, int32_t(cfg_.hidden), M, W(w[kLmHead], s), nullptr, kern::Epilogue::kStoreF32, nullptr,
+           out + (part_.rows(head, s).begin - r.vocab_begin), ldo);
   }
 
-  void poison_scratch(const PrefillChunk& c, bool capturing) {
-    for (DeviceBuffer* b : {&x_, &xn_, &qkv_, &q_, &att_, &act_, &logits_})
-      QSP_CUDA_CHECK(cudaMemsetAsync(b->ptr, 0xff, b->bytes, stream_));
+  void poison_scratch(Rank& r, const PrefillChunk& c, bool capturing) {
+    for (DeviceBuffer* b : {&r.x, &r.xn, &r.qkv, &r.q, &r.att, &r.act, &r.logits})
+      QSP_CUDA_CHECK(cudaMemsetAsync(b->ptr, 0xff, b->bytes, r.stream));
     // A captured graph replays at other positions: only poison KV eagerly.
     if (capturing) return;
     const size_t row = size_t(cfg_.max_seq) * cfg_.head_dim * sizeof(__half);
     const size_t skip = size_t(c.past) * cfg_.head_dim * sizeof(__half);
-    for (DeviceBuffer* b : {&k_cache_, &v_cache_})
-      QSP_CUDA_CHECK(cudaMemset2DAsync(static_cast<char*>(b->ptr) + skip, row, 0xff, row - skip,
-                                       size_t(cfg_.n_layers) * cfg_.n_kv_heads, stream_));
+    const size_t rows = size_t(cfg_.n_layers) * size_t(sh_kv_heads_) * r.count;
+    for (DeviceBuffer* b : {&r.k_cache, &r.v_cache})
+      QSP_CUDA_CHECK(cudaMemset2DAsync(static_cast<char*>(b->ptr) + skip, row, 0xff, row - skip, rows, r.stream));
   }
 
   // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
-  void gemm(const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w, const kern::DWeight* w2,
-            kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo, const kern::DWeight* cat = nullptr) {
+  static void gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
+                   const kern::DWeight* w2, kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo,
+                   const kern::DWeight* cat = nullptr) {
     kern::GemmArgs g;
     g.x = x;
     g.ldx = ldx;
@@ -569,7 +774,7 @@ class CudaBackend final : public Backend {
     g.out_h = out_h;
     g.out_f = out_f;
     g.ldo = ldo;
-    QSP_CUDA_CHECK(kern::gemm(g, stream_));
+    QSP_CUDA_CHECK(kern::gemm(g, stream));
   }
 
   // The graphs bake in weight pointers: the tensors they use.
@@ -586,31 +791,35 @@ class CudaBackend final : public Backend {
   }
 
   // ---- Weight upload -------------------------------------------------------------------
-  // Shard pieces a slot's tensor is stored in: one per shard for a slot the
-  // partition cuts, else one.
-  uint32_t pieces(const SlotDesc& slot) const { return slot.split == Split::kNone ? 1 : n_sh_; }
+  // Pieces a slot's tensor is stored in: one per shard for a slot the
+  // partition cuts, one per device for the others (so one on one device).
+  uint32_t pieces(const SlotDesc& slot) const {
+    return slot.split == Split::kNone ? uint32_t(ranks_.size()) : n_sh_;
+  }
 
-  // One matrix (a whole tensor or a shard's piece) into p, in the kernels'
-  // layout.
-  void upload_matrix(const TensorMeta& m, const void* data, CudaTensor::Piece& p) {
+  // One matrix (a whole tensor or a shard's piece) into p on rank r's
+  // device, in the kernels' layout.
+  void upload_matrix(const TensorMeta& m, const void* data, Rank& r, CudaTensor::Piece& p) {
+    QSP_CUDA_CHECK(cudaSetDevice(r.dev));
     const kern::WFormat f = kern::format_for(m.dtype);
     const size_t bytes = kern::dweight_bytes(f, int64_t(m.rows), int64_t(m.cols));
+    p.dev = r.dev;
     p.w.fmt = f;
     p.w.rows = int32_t(m.rows);
     p.w.cols = int32_t(m.cols);
     const auto alloc_start = std::chrono::steady_clock::now();
     p.buf.alloc(bytes, "weight upload");
     upload_stats_.alloc_s += seconds_since(alloc_start);
-    if (ensure_staging() &&
-        staged_upload(*staging_, stream_, m, data, f, static_cast<uint8_t*>(p.buf.ptr), upload_stats_)) {
+    if (ensure_staging(r) &&
+        staged_upload(*r.staging, r.stream, m, data, f, static_cast<uint8_t*>(p.buf.ptr), upload_stats_)) {
       ++upload_stats_.staged;
     } else {
       std::vector<uint8_t> host(bytes);
       const auto repack_start = std::chrono::steady_clock::now();
       kern::repack_weight(m.dtype, data, int64_t(m.rows), int64_t(m.cols), host.data());
       upload_stats_.repack_s += seconds_since(repack_start);
-      QSP_CUDA_CHECK(cudaMemcpyAsync(p.buf.ptr, host.data(), bytes, cudaMemcpyHostToDevice, stream_));
-      QSP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      QSP_CUDA_CHECK(cudaMemcpyAsync(p.buf.ptr, host.data(), bytes, cudaMemcpyHostToDevice, r.stream));
+      QSP_CUDA_CHECK(cudaStreamSynchronize(r.stream));
     }
     p.w.data = p.buf.ptr;
     ++upload_stats_.tensors;
@@ -619,50 +828,45 @@ class CudaBackend final : public Backend {
   }
 
   // The device's staging (upload_staging), taken at the first matrix this
-  // backend uploads (a context whose weights are all cached never takes
-  // it). False when it cannot be had: upload() then goes unstaged.
-  bool ensure_staging() {
-    if (staging_) return true;
-    if (staging_failed_) return false;
-    staging_ = upload_staging(dev_);
-    staging_failed_ = !staging_;
-    return !staging_failed_;
+  // backend uploads there (a context whose weights are all cached never
+  // takes it). False when it cannot be had: upload() then goes unstaged.
+  static bool ensure_staging(Rank& r) {
+    if (r.staging) return true;
+    if (r.staging_failed) return false;
+    r.staging = upload_staging(r.dev);
+    r.staging_failed = !r.staging;
+    return !r.staging_failed;
   }
 
-  void log_upload_stats() noexcept { log_upload(upload_stats_, staging_ ? staging_->pool->size() : 1); }
+  void log_upload_stats() noexcept {
+    const Rank& r0 = *ranks_[0];
+    log_upload(upload_stats_, r0.staging ? r0.staging->pool->size() : 1);
+  }
 
   ModelConfig cfg_;
   Partition part_;
-  uint32_t n_sh_;  // shards, run in turn (1: the unsplit model)
+  uint32_t n_sh_;  // shards (1: the unsplit model)
   // One shard's query heads, KV heads, q / kv widths and FFN features.
   int32_t sh_heads_, sh_kv_heads_, sh_q_, sh_kv_, sh_ffn_;
   size_t shard_kv_elems_ = 0;  // one shard's K (or V) cache, elements
-  int dev_;
-  cudaDeviceProp prop_{};
-  Stream stream_holder_;  // declared before the buffers: destroyed after them
-  cudaStream_t stream_ = nullptr;
   uint32_t chunk_ = 0;
   int32_t qkv_ld_ = 0;
-  DeviceBuffer k_cache_, v_cache_;  // [layer][kv_head][max_seq][head_dim] fp16
-  DeviceBuffer x_, xn_, qkv_, q_, att_, act_, logits_, small_, attn_scratch_;
-  size_t attn_scratch_bytes_ = 0;
-  PinnedBuffer h_small_;  // [0] past, [1] argmax, [2..] tokens
-  PinnedBuffer h_logits_;
+  bool poison_ = false;  // test aid: NaN-fill scratch, logits and the KV slots a chunk is about to write
+  std::vector<std::unique_ptr<Rank>> ranks_;  // one per device
+  const NcclLib* nccl_ = nullptr;             // the library the communicators came from (kept for the process)
+  PinnedBuffer h_logits_;                     // the whole vocabulary
   bool logits_fresh_ = false;
-  bool poison_ = false;
-  ChunkGraphs graphs_;
+  int32_t greedy_ = 0;  // ranks on several devices: pick_greedy's (one rank: its h_small[1])
+  ChunkGraphs graphs_;  // rank 0's stream (one rank without a communicator)
   std::shared_ptr<BatchSpace> batch_space_;  // set when this context first leads a batch
-  // Weight upload (ensure_staging): released after the destructor
-  // synchronized the stream (every upload synchronizes before it returns).
-  std::shared_ptr<UploadStaging> staging_;
-  bool staging_failed_ = false;
   UploadStats upload_stats_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& cfg, const Partition& part, int32_t device_index) {
-  return std::unique_ptr<Backend>(new CudaBackend(cfg, part, device_index));
+std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& cfg, const Partition& part,
+                                           const std::vector<int32_t>& devices) {
+  return std::unique_ptr<Backend>(new CudaBackend(cfg, part, devices));
 }
 
 int cuda_device_count() {

@@ -105,21 +105,25 @@ struct Stream {
 
 // A tensor on the device: one piece, or, for a slot a sharded backend cuts
 // (Partition), a piece per shard holding that shard's rows / columns as a
-// matrix of its own (so every kernel sees an ordinary weight).
+// matrix of its own (so every kernel sees an ordinary weight); a context
+// spanning devices also keeps a replicated slot as a piece per device.
 class CudaTensor : public Tensor {
  public:
   struct Piece {
+    int dev = 0;
     DeviceBuffer buf;
     kern::DWeight w;             // matrices
     const float* vec = nullptr;  // vectors (fp32)
   };
-  CudaTensor(const TensorMeta& m, int device, uint32_t n_pieces)
-      : Tensor(m), n_pieces_(n_pieces), pieces_(new Piece[n_pieces]), device_(device) {}
+  CudaTensor(const TensorMeta& m, uint32_t n_pieces) : Tensor(m), n_pieces_(n_pieces), pieces_(new Piece[n_pieces]) {}
   ~CudaTensor() override {
     int prev = -1;
     cudaGetDevice(&prev);
-    cudaSetDevice(device_);
-    pieces_.reset();
+    for (uint32_t i = 0; i < n_pieces_; ++i) {
+      if (!pieces_[i].buf.ptr) continue;
+      cudaSetDevice(pieces_[i].dev);
+      pieces_[i].buf.release();
+    }
     if (prev >= 0) cudaSetDevice(prev);
   }
   uint32_t n_pieces() const { return n_pieces_; }
@@ -130,13 +134,13 @@ class CudaTensor : public Tensor {
  private:
   uint32_t n_pieces_;
   std::unique_ptr<Piece[]> pieces_;
-  int device_;
 };
 
 const CudaTensor& cu(const TensorRef& t) { return static_cast<const CudaTensor&>(*t); }
 // Shard s's weight of a matrix slot (the whole matrix for an unsplit one).
 const kern::DWeight& W(const TensorRef& t, uint32_t s = 0) { return cu(t).shard(s).w; }
-const float* V(const TensorRef& t) { return t ? cu(t).shard(0).vec : nullptr; }
+// Shard s's copy of a norm vector (nullptr for a slot the model lacks).
+const float* V(const TensorRef& t, uint32_t s = 0) { return t ? cu(t).shard(s).vec : nullptr; }
 
 // The activations and metadata of batched passes (qsp_prefill_batch), one set
 // per device, shared by every context that leads a batch there: a server may

@@ -4,7 +4,7 @@
 
 namespace qsp {
 
-std::unique_ptr<Backend> make_cuda_backend(const ModelConfig&, const Partition&, int32_t) {
+std::unique_ptr<Backend> make_cuda_backend(const ModelConfig&, const Partition&, const std::vector<int32_t>&) {
   throw Error(QSP_ERR_NO_DEVICE, "qsp was built without CUDA support (QSP_CUDA=OFF)");
 }
 

@@ -123,10 +123,14 @@ class Partition;
 // (one shard: the unsplit model). Throws QSP_ERR_UNSUPPORTED for a shard
 // count it cannot sum exactly (other than 1, 2, 4, 8).
 std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& cfg, const Partition& part, int32_t n_threads);
-// Creates the CUDA backend (src/cuda) on one device, running the shards of
-// `part` in turn there (one shard: the unsplit model); throws
-// QSP_ERR_NO_DEVICE when built without CUDA or when the device is not usable.
-std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& cfg, const Partition& part, int32_t device_index);
+// Creates the CUDA backend (src/cuda) for the shards of `part` (one shard:
+// the unsplit model) on `devices`, the device of each shard: all one device
+// (the shards run in turn there) or a device per shard (NCCL all-reduces
+// between them; throws QSP_ERR_UNSUPPORTED where NCCL cannot be loaded).
+// Throws QSP_ERR_NO_DEVICE when built without CUDA or when a device is not
+// usable.
+std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& cfg, const Partition& part,
+                                           const std::vector<int32_t>& devices);
 // Number of usable CUDA devices (0 when built without CUDA).
 int cuda_device_count();
 // Whether this build has the CUDA backend (QSP_CUDA).

@@ -77,25 +77,20 @@ Context::Context(const qsp_context_params& p) : cfg_(ModelConfig::from_params(p)
 }
 
 std::unique_ptr<Backend> Context::make_cuda() const {
-  // Shards on several devices need NCCL, loaded now (src/cuda/nccl_lib.h):
-  // where it is missing the user hears that first, as that is what they can
-  // fix. Every shard on one device (a one-bit device_mask) runs in turn
-  // there, with a local sum in place of the all-reduce.
+  // Shards on several devices need NCCL, loaded first (src/cuda/nccl_lib.h):
+  // where it is missing the user hears that, as that is what they can fix.
+  // Every shard on one device (a one-bit device_mask) runs in turn there,
+  // with a local sum in place of the all-reduce, and needs no NCCL.
   const bool spans =
       std::adjacent_find(devices_.begin(), devices_.end(), std::not_equal_to<int32_t>()) != devices_.end();
   if (spans && cuda_built()) {
-    std::string found;
     try {
-      found = nccl().describe();
+      nccl();
     } catch (const Error& e) {
       throw Error(e.status(), std::string("tensor parallelism across CUDA devices needs NCCL: ") + e.what());
     }
-    throw Error(QSP_ERR_UNSUPPORTED,
-                strprintf("tensor parallelism across CUDA devices: not yet (n_devices = %u, %s found; a one-bit "
-                          "device_mask runs the shards in turn on one GPU, the CPU backend runs them too)",
-                          part_.size(), found.c_str()));
   }
-  return make_cuda_backend(cfg_, part_, devices_[0]);
+  return make_cuda_backend(cfg_, part_, devices_);
 }
 
 Context::~Context() = default;

@@ -62,7 +62,7 @@ class Context {
   // Validates the tensor of slot s (named `where` in messages) and returns its
   // cached tensor (nullptr for a slot this model does not have).
   TensorRef acquire(const qsp_tensor& t, const SlotDesc& s, const char* where);
-  // The CUDA backend on devices_ (every shard on one device, for now).
+  // The CUDA backend on devices_ (NCCL loaded first when they differ).
   std::unique_ptr<Backend> make_cuda() const;
 
   ModelConfig cfg_;
