@@ -15,6 +15,9 @@
 //                      one context at a time; SPEC as parse_batch says)
 //                      [--gguf FILE,...]    (instead of the synthetic shapes: the
 //                      model of each file, its own weights, as `qsp bench` runs it)
+//                      [--tp N,...]         (tensor parallelism: the model split N
+//                      ways, a shard per GPU 0..N-1; "Ns": N shards in turn on
+//                      GPU 0; each against the first entry, e.g. --tp 1,2,4)
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -91,10 +94,14 @@ int reps_for(uint32_t n, int reps) { return n >= 4096 ? std::max(3, reps / 3) : 
 // generate = false: a second context of the same model. Every handle is in
 // the weight cache already, so the views carry no data (the API then reads
 // nothing: qsp.h, "Weights").
-qsp_context* make_qsp(const Shape& s, const BenchType& bt, uint32_t max_seq, bool generate = true) {
+// n_devices / device_mask: qsp_context_params' split (0: unsplit).
+qsp_context* make_qsp(const Shape& s, const BenchType& bt, uint32_t max_seq, bool generate = true,
+                      uint32_t n_devices = 0, uint32_t device_mask = 0) {
   const int32_t dtype = bt.dtype;
   qsp_context_params p;
   qsp_context_params_init(&p);
+  p.n_devices = n_devices;
+  p.device_mask = device_mask;
   p.n_layers = s.layers;
   p.hidden_size = s.hidden;
   p.intermediate_size = s.ffn;
@@ -535,6 +542,47 @@ std::vector<BenchType> bench_types(const std::string& type) {
   return v;
 }
 
+// ---- Tensor parallelism (--tp) ----------------------------------------------------
+// Entries "N" (a shard per GPU 0..N-1) and "Ns" (N shards in turn on GPU 0),
+// each timed like the plain rows, with its speedup over the first entry.
+void bench_tp(const Shape& s, const BenchType& bt, const std::vector<std::string>& tp,
+              const std::vector<uint32_t>& lengths, uint32_t max_seq, int reps, const std::vector<int32_t>& tokens,
+              std::vector<std::string>& table) {
+  int gpus = 0;
+  QSP_CK(cudaGetDeviceCount(&gpus));
+  std::vector<double> first;  // ms of the first entry per length, then the decode step
+  char line[512];
+  for (const std::string& e : tp) {
+    const bool in_turn = !e.empty() && e.back() == 's';
+    const uint32_t n = uint32_t(std::atoi(e.c_str()));
+    if (n < 1 || n > 32) {
+      std::fprintf(stderr, "bad --tp entry '%s' (want N or Ns, N in 1..32)\n", e.c_str());
+      std::exit(2);
+    }
+    if (!in_turn && int(n) > gpus) {
+      std::printf("  [tp %s] skipped: %d GPU(s)\n", e.c_str(), gpus);
+      continue;
+    }
+    const uint32_t mask = in_turn ? 0x1u : (n == 32 ? 0xffffffffu : (1u << n) - 1);
+    qsp_context* ctx = make_qsp(s, bt, max_seq, true, n, n > 1 ? mask : 0);
+    std::vector<double> ms;
+    for (uint32_t len : lengths) ms.push_back(time_qsp(ctx, len, 0, reps_for(len, reps), tokens));
+    ms.push_back(time_qsp(ctx, 1, 2048, reps, tokens));  // the decode step at 2048
+    if (first.empty()) first = ms;
+    const std::string label = in_turn ? "tp " + e + " (1 GPU)" : "tp " + e;
+    for (size_t i = 0; i < ms.size(); ++i) {
+      const bool decode = i == lengths.size();
+      const uint32_t len = decode ? 1 : lengths[i];
+      std::snprintf(line, sizeof line, "| %-10s | %-4s | %-14s | %6s | %9.3f | %10.0f | %7.1f | %5.2fx |", s.name,
+                    bt.name().c_str(), label.c_str(), decode ? "1@2048" : std::to_string(len).c_str(), ms[i],
+                    len / ms[i] * 1e3, total_flops(s, len, decode ? 2048 : 0) / ms[i] / 1e9, first[i] / ms[i]);
+      std::puts(line);
+      table.push_back(line);
+    }
+    qsp_context_destroy(ctx);
+  }
+}
+
 int main(int argc, char** argv) {
   std::string model = "all", type = "all";
   std::vector<uint32_t> lengths = {1, 128, 512, 2048, 8192};
@@ -542,6 +590,7 @@ int main(int argc, char** argv) {
   bool baseline = true;
   std::vector<std::string> batches;  // --batch specs: then only those run
   std::vector<std::string> files;    // --gguf files: then only those run
+  std::vector<std::string> tp;       // --tp entries: then only those run
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) model = argv[++i];
@@ -551,8 +600,9 @@ int main(int argc, char** argv) {
     else if (a == "--no-baseline") baseline = false;
     else if (a == "--gguf" && i + 1 < argc) files = split_commas(argv[++i]);
     else if (a == "--batch" && i + 1 < argc) batches = split_commas(argv[++i]);
+    else if (a == "--tp" && i + 1 < argc) tp = split_commas(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--reps N] [--no-baseline] [--batch 32x128,64x1@512,4x512+60x1@512] [--gguf FILE,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--reps N] [--no-baseline] [--batch 32x128,64x1@512,4x512+60x1@512] [--gguf FILE,...] [--tp 1,2,4,2s]\n", argv[0]);
       return 2;
     }
   }
@@ -573,6 +623,15 @@ int main(int argc, char** argv) {
   char line[512];
   if (!files.empty()) {
     for (const std::string& f : files) bench_file(f, lengths, max_seq, reps, tokens, table);
+    return 0;
+  }
+  if (!tp.empty()) {
+    for (const Shape& s : kShapes) {
+      if (model != "all" && std::string(s.name).find(model) == std::string::npos) continue;
+      for (const BenchType& bt : bench_types(type)) bench_tp(s, bt, tp, lengths, max_seq, reps, tokens, table);
+    }
+    std::printf("\n| model | type | split | tokens | ms | tokens/s | TOPS | speedup |\n|---|---|---|---|---|---|---|---|\n");
+    for (const std::string& l : table) std::puts(l.c_str());
     return 0;
   }
   if (!batches.empty()) {

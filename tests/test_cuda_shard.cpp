@@ -382,7 +382,7 @@ TEST_CASE("cuda shard: the NCCL all-reduce path with one rank equals the local s
 // The real thing: a shard per GPU, NCCL all-reduces between them, against
 // the unsplit model on GPU 0 (<= 2e-3, the same greedy token), for as many
 // of 2, 4 and 8 GPUs as the machine has; prompts, chunks, decode steps, and
-// qsp_prefill_batch over such contexts (their pieces run one by one).
+// qsp_prefill_batch over such contexts (one pass per GPU, against single calls).
 TEST_CASE("cuda shard: a shard per GPU through NCCL equals the unsplit model", "[gpu][shard][multigpu]") {
   QSP_REQUIRE_GPU();
   const int gpus = qsp::cuda_device_count();
@@ -431,7 +431,7 @@ TEST_CASE("cuda shard: a shard per GPU through NCCL equals the unsplit model", "
     }
     qsp_context_destroy(gpu);
   }
-  // Batches of multi-GPU contexts: pieces one by one, as single calls.
+  // Batches of multi-GPU contexts against single calls.
   TestModel m = make_model(qwen3_06b(QSP_DTYPE_Q4_0, 912));
   m.params.n_devices = 2;
   BatchWorld w(m, QSP_BACKEND_CUDA, 3, 1200, kTol);

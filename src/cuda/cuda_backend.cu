@@ -239,6 +239,7 @@ class CudaBackend final : public Backend {
   }
 
   void prefill(const ModelTensors& w, const PrefillChunk& c) override {
+    QSP_CUDA_CHECK(cudaSetDevice(ranks_[0]->dev));
     for (auto& r : ranks_) {
       int32_t* hs = static_cast<int32_t*>(r->h_small.ptr);
       hs[0] = int32_t(c.past);
@@ -251,7 +252,6 @@ class CudaBackend final : public Backend {
     // runs eagerly.
     Rank& r0 = *ranks_[0];
     if (c.tokens && !r0.comm) {
-      QSP_CUDA_CHECK(cudaSetDevice(r0.dev));
       const cudaGraphExec_t g = graphs_.get({c.n, c.want_logits}, weight_ids(w), r0.stream,
                                             [&] { enqueue(w, c, /*capturing=*/true); });
       if (g) {
@@ -274,23 +274,21 @@ class CudaBackend final : public Backend {
 
   // One pass over the pieces of several contexts: the projections, norms and
   // the LM head run once over all their tokens; QK-norm/RoPE and attention
-  // take each token's piece from a table (kern::SeqDesc), so every piece
-  // writes and reads only its own context's cache; the last token of each
-  // piece that wants logits gets them (one GEMM over those rows) and its
-  // argmax, delivered to the owning context. Contexts on one device only
-  // (a context spanning devices runs its pieces one by one, for now).
+  // take each token's piece from a table (kern::SeqDesc, one per shard), so
+  // every piece writes and reads only its own context's cache; the last
+  // token of each piece that wants logits gets them (one GEMM over those
+  // rows per shard) and its argmax, delivered to the owning context. Every
+  // rank runs the pass over all the tokens in its device's batch space, with
+  // the all-reduces of a single chunk.
   bool prefill_batch(const ModelTensors& w, const std::vector<BatchPiece>& pieces) override {
-    if (ranks_.size() > 1 || ranks_[0]->comm) return false;
-    Rank& r0 = *ranks_[0];
-    QSP_CUDA_CHECK(cudaSetDevice(r0.dev));
-    const cudaStream_t stream = r0.stream;
     const ModelConfig& m = cfg_;
-    const uint32_t S = uint32_t(pieces.size());
+    const uint32_t S = uint32_t(pieces.size()), n_ranks = uint32_t(ranks_.size());
     std::vector<CudaBackend*> owner(S);
     for (uint32_t i = 0; i < S; ++i) {
       owner[i] = dynamic_cast<CudaBackend*>(pieces[i].owner);
-      QSP_FAIL_IF(!owner[i] || owner[i]->ranks_.size() != 1 || owner[i]->ranks_[0]->dev != r0.dev,
-                  QSP_ERR_INTERNAL, "batched pass: a piece of another device");
+      bool same = owner[i] && owner[i]->ranks_.size() == n_ranks && owner[i]->n_sh_ == n_sh_;
+      for (uint32_t r = 0; same && r < n_ranks; ++r) same = owner[i]->ranks_[r]->dev == ranks_[r]->dev;
+      QSP_FAIL_IF(!same, QSP_ERR_INTERNAL, "batched pass: a piece of other devices");
     }
     // Token pieces first, so that one embedding launch covers them all.
     std::vector<uint32_t> order;
@@ -323,13 +321,13 @@ class CudaBackend final : public Backend {
     for (uint32_t k = 0; k < S; ++k) {
       const uint32_t i = order[k];
       const PrefillChunk& c = pieces[i].chunk;
-      const Rank& o = *owner[i]->ranks_[0];
       for (uint32_t sh = 0; sh < n_sh_; ++sh) {
+        // The owner's part of its cache for shard sh, on that shard's rank
+        // (its max_seq, not necessarily this context's).
+        const Rank& o = *owner[i]->ranks_[n_ranks == 1 ? 0 : sh];
         kern::SeqDesc& d = seqs[size_t(sh) * S + k];
-        // The owner's part of its cache for shard sh (its max_seq, not
-        // necessarily this context's).
-        d.k_cache = as<__half>(o.k_cache) + sh * owner[i]->shard_kv_elems_;
-        d.v_cache = as<__half>(o.v_cache) + sh * owner[i]->shard_kv_elems_;
+        d.k_cache = as<__half>(o.k_cache) + (sh - o.first) * owner[i]->shard_kv_elems_;
+        d.v_cache = as<__half>(o.v_cache) + (sh - o.first) * owner[i]->shard_kv_elems_;
         d.max_seq = int32_t(owner[i]->cfg_.max_seq);
         d.past = int32_t(c.past);
         d.start = int32_t(start);
@@ -349,20 +347,9 @@ class CudaBackend final : public Backend {
       return seqs[a.x].past + a.y > seqs[b.x].past + b.y;
     });
 
-    std::shared_ptr<BatchSpace> space = batch_space_;
-    if (!space) space = batch_space_ = batch_space(r0.dev);
-    std::lock_guard<std::mutex> lock(space->mu);
-    const size_t H = m.hidden, Q = m.q_dim(), F = m.ffn;
-    BatchSpace::ensure(space->x, T * H * sizeof(float), "batch residual stream");
-    BatchSpace::ensure(space->xn, T * std::max(H, Q) * sizeof(__half), "batch normed activations");
-    BatchSpace::ensure(space->qkv, T * size_t(qkv_ld_) * sizeof(float), "batch qkv");
-    BatchSpace::ensure(space->q, T * Q * sizeof(__half), "batch queries");
-    BatchSpace::ensure(space->att, T * Q * sizeof(__half), "batch attention output");
-    BatchSpace::ensure(space->act, T * F * sizeof(__half), "batch SwiGLU output");
-    BatchSpace::ensure(space->logits, std::max<size_t>(R, 1) * m.vocab * sizeof(float), "batch logits");
-
-    // One copy of all the metadata: [seqs | tiles | tokens | token_seq | rows],
-    // each 16-byte aligned; the argmax results come back after it.
+    // One copy of all the metadata per device: [seqs | tiles | tokens |
+    // token_seq | rows], each 16-byte aligned; the argmax results come back
+    // after it.
     size_t off = 0;
     const auto place = [&](size_t bytes) {
       const size_t at = off;
@@ -374,58 +361,112 @@ class CudaBackend final : public Backend {
                  o_rows = place(rows.size() * sizeof(int32_t));
     const size_t up_bytes = off;
     const size_t o_argmax = place(rows.size() * sizeof(int32_t));
-    BatchSpace::ensure(space->meta, off, "batch metadata");
-    if (space->h_meta_bytes < off) {
-      space->h_meta.alloc(off, "batch metadata");
-      space->h_meta_bytes = off;
-    }
-    char* h = static_cast<char*>(space->h_meta.ptr);
-    char* d = static_cast<char*>(space->meta.ptr);
-    std::memcpy(h + o_seqs, seqs.data(), seqs.size() * sizeof(kern::SeqDesc));
-    std::memcpy(h + o_tiles, tiles.data(), tiles.size() * sizeof(int2));
-    std::memcpy(h + o_tokens, tokens.data(), tokens.size() * sizeof(int32_t));
-    std::memcpy(h + o_tseq, token_seq.data(), T * sizeof(int32_t));
-    std::memcpy(h + o_rows, rows.data(), rows.size() * sizeof(int32_t));
-    QSP_CUDA_CHECK(cudaMemcpyAsync(d, h, up_bytes, cudaMemcpyHostToDevice, stream));
 
-    const Acts a{as<float>(space->x), as<__half>(space->xn), as<float>(space->qkv), as<__half>(space->q),
-                 as<__half>(space->att), as<__half>(space->act), nullptr, 0};
-    if (T_tok)
-      QSP_CUDA_CHECK(kern::embed(W(w[kTokenEmbd]), reinterpret_cast<const int32_t*>(d + o_tokens), int32_t(T_tok),
-                                 a.x, stream));
-    for (uint32_t k = 0; k < S; ++k) {
-      const PrefillChunk& c = pieces[order[k]].chunk;
-      if (!c.tokens)
-        QSP_CUDA_CHECK(cudaMemcpyAsync(a.x + size_t(seqs[k].start) * H, c.embeddings, size_t(c.n) * H * sizeof(float),
-                                       cudaMemcpyHostToDevice, stream));
-    }
-    KvTarget kv;
-    kv.seqs = reinterpret_cast<const kern::SeqDesc*>(d + o_seqs);
-    kv.n_seqs = int32_t(S);
-    kv.token_seq = reinterpret_cast<const int32_t*>(d + o_tseq);
-    kv.tiles = reinterpret_cast<const int2*>(d + o_tiles);
-    kv.n_tiles = int32_t(tiles.size());
-    kv.max_piece = int32_t(max_piece);
-    enqueue_layers(w, int32_t(T), &a, &kv);
+    // Each device's batch space, locked in rank order (every context that
+    // spans these devices lists them in the same, ascending, order).
+    if (batch_spaces_.size() != n_ranks) batch_spaces_.assign(n_ranks, nullptr);
+    std::vector<std::unique_lock<std::mutex>> locks;
+    std::vector<Acts> acts(n_ranks);
+    std::vector<KvTarget> kvs(n_ranks);
+    std::vector<char*> h_meta(n_ranks), d_meta(n_ranks);
+    const size_t H = m.hidden, Q = m.q_dim(), F = m.ffn;
+    for (uint32_t ri = 0; ri < n_ranks; ++ri) {
+      Rank& r = *ranks_[ri];
+      QSP_CUDA_CHECK(cudaSetDevice(r.dev));
+      if (!batch_spaces_[ri]) batch_spaces_[ri] = batch_space(r.dev);
+      BatchSpace& space = *batch_spaces_[ri];
+      locks.emplace_back(space.mu);
+      BatchSpace::ensure(space.x, T * H * sizeof(float), "batch residual stream");
+      BatchSpace::ensure(space.xn, T * std::max(H, Q) * sizeof(__half), "batch normed activations");
+      BatchSpace::ensure(space.qkv, T * size_t(qkv_ld_) * sizeof(float), "batch qkv");
+      BatchSpace::ensure(space.q, T * Q * sizeof(__half), "batch queries");
+      BatchSpace::ensure(space.att, T * Q * sizeof(__half), "batch attention output");
+      BatchSpace::ensure(space.act, T * F * sizeof(__half), "batch SwiGLU output");
+      BatchSpace::ensure(space.logits, std::max<size_t>(R, 1) * m.vocab * sizeof(float), "batch logits");
+      BatchSpace::ensure(space.meta, off, "batch metadata");
+      if (space.h_meta_bytes < off) {
+        space.h_meta.alloc(off, "batch metadata");
+        space.h_meta_bytes = off;
+      }
+      char* h = h_meta[ri] = static_cast<char*>(space.h_meta.ptr);
+      char* d = d_meta[ri] = static_cast<char*>(space.meta.ptr);
+      std::memcpy(h + o_seqs, seqs.data(), seqs.size() * sizeof(kern::SeqDesc));
+      std::memcpy(h + o_tiles, tiles.data(), tiles.size() * sizeof(int2));
+      std::memcpy(h + o_tokens, tokens.data(), tokens.size() * sizeof(int32_t));
+      std::memcpy(h + o_tseq, token_seq.data(), T * sizeof(int32_t));
+      std::memcpy(h + o_rows, rows.data(), rows.size() * sizeof(int32_t));
+      QSP_CUDA_CHECK(cudaMemcpyAsync(d, h, up_bytes, cudaMemcpyHostToDevice, r.stream));
 
-    if (R > 0) {
-      float* lg = as<float>(space->logits);
+      const Acts& a = acts[ri] = Acts{as<float>(space.x),   as<__half>(space.xn),  as<float>(space.qkv),
+                                      as<__half>(space.q),   as<__half>(space.att), as<__half>(space.act),
+                                      nullptr,               0};
+      if (T_tok)
+        QSP_CUDA_CHECK(kern::embed(W(w[kTokenEmbd], r.first), reinterpret_cast<const int32_t*>(d + o_tokens),
+                                   int32_t(T_tok), a.x, r.stream));
+      for (uint32_t k = 0; k < S; ++k) {
+        const PrefillChunk& c = pieces[order[k]].chunk;
+        if (!c.tokens)
+          QSP_CUDA_CHECK(cudaMemcpyAsync(a.x + size_t(seqs[k].start) * H, c.embeddings,
+                                         size_t(c.n) * H * sizeof(float), cudaMemcpyHostToDevice, r.stream));
+      }
+      KvTarget& kv = kvs[ri];
+      kv.seqs = reinterpret_cast<const kern::SeqDesc*>(d + o_seqs);
+      kv.n_seqs = int32_t(S);
+      kv.token_seq = reinterpret_cast<const int32_t*>(d + o_tseq);
+      kv.tiles = reinterpret_cast<const int2*>(d + o_tiles);
+      kv.n_tiles = int32_t(tiles.size());
+      kv.max_piece = int32_t(max_piece);
+    }
+    enqueue_layers(w, int32_t(T), acts.data(), kvs.data());
+
+    for (uint32_t ri = 0; R > 0 && ri < n_ranks; ++ri) {
+      Rank& r = *ranks_[ri];
+      QSP_CUDA_CHECK(cudaSetDevice(r.dev));
+      const Acts& a = acts[ri];
+      char* h = h_meta[ri];
+      char* d = d_meta[ri];
+      const int32_t rank_rows = int32_t(r.vocab_end - r.vocab_begin);
+      float* lg = as<float>(batch_spaces_[ri]->logits);
       int32_t* d_argmax = reinterpret_cast<int32_t*>(d + o_argmax);
-      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, int32_t(H), V(w[kOutputNorm]), a.xn, int32_t(R), int32_t(H), m.rms_eps,
-                                       stream, reinterpret_cast<const int32_t*>(d + o_rows)));
-      lm_head(w, r0, a.xn, int32_t(R), lg, int32_t(m.vocab));
-      QSP_CUDA_CHECK(kern::argmax_rows(lg, int32_t(m.vocab), int64_t(m.vocab), int32_t(R), d_argmax, stream));
-      for (uint32_t r = 0; r < R; ++r)
-        QSP_CUDA_CHECK(cudaMemcpyAsync(owner[row_owner[r]]->ranks_[0]->logits.ptr, lg + size_t(r) * m.vocab,
-                                       size_t(m.vocab) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
-      QSP_CUDA_CHECK(cudaMemcpyAsync(h + o_argmax, d_argmax, R * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, int32_t(H), V(w[kOutputNorm], r.first), a.xn, int32_t(R), int32_t(H),
+                                       m.rms_eps, r.stream, reinterpret_cast<const int32_t*>(d + o_rows)));
+      lm_head(w, r, a.xn, int32_t(R), lg, rank_rows);
+      QSP_CUDA_CHECK(kern::argmax_rows(lg, rank_rows, int64_t(rank_rows), int32_t(R), d_argmax, r.stream));
+      for (uint32_t k = 0; k < R; ++k) {
+        CudaBackend& o = *owner[row_owner[k]];
+        const float* row = lg + size_t(k) * size_t(rank_rows);
+        if (n_ranks == 1)  // into the owner's device logits, copied to the host on demand
+          QSP_CUDA_CHECK(cudaMemcpyAsync(o.ranks_[0]->logits.ptr, row, size_t(rank_rows) * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, r.stream));
+        else  // the gather: each rank's slice into the owner's host logits
+          QSP_CUDA_CHECK(cudaMemcpyAsync(static_cast<float*>(o.h_logits_.ptr) + r.vocab_begin, row,
+                                         size_t(rank_rows) * sizeof(float), cudaMemcpyDeviceToHost, r.stream));
+      }
+      QSP_CUDA_CHECK(cudaMemcpyAsync(h + o_argmax, d_argmax, R * sizeof(int32_t), cudaMemcpyDeviceToHost, r.stream));
     }
     for (CudaBackend* o : owner) o->logits_fresh_ = false;
-    QSP_CUDA_CHECK(cudaStreamSynchronize(stream));
-    QSP_CUDA_CHECK(cudaGetLastError());
-    for (uint32_t r = 0; r < R; ++r)
-      static_cast<int32_t*>(owner[row_owner[r]]->ranks_[0]->h_small.ptr)[1] =
-          reinterpret_cast<const int32_t*>(h + o_argmax)[r];
+    for (auto& r : ranks_) {
+      QSP_CUDA_CHECK(cudaSetDevice(r->dev));
+      QSP_CUDA_CHECK(cudaStreamSynchronize(r->stream));
+      QSP_CUDA_CHECK(cudaGetLastError());
+    }
+    for (uint32_t k = 0; k < R; ++k) {
+      CudaBackend& o = *owner[row_owner[k]];
+      if (n_ranks == 1) {
+        static_cast<int32_t*>(o.ranks_[0]->h_small.ptr)[1] = reinterpret_cast<const int32_t*>(h_meta[0] + o_argmax)[k];
+        continue;
+      }
+      // The argmax across ranks, as pick_greedy.
+      const float* lg = static_cast<const float*>(o.h_logits_.ptr);
+      int64_t best = -1;
+      for (uint32_t ri = 0; ri < n_ranks; ++ri) {
+        const int64_t i =
+            int64_t(ranks_[ri]->vocab_begin) + reinterpret_cast<const int32_t*>(h_meta[ri] + o_argmax)[k];
+        if (!std::isnan(lg[i]) && (best < 0 || lg[i] > lg[best])) best = i;
+      }
+      o.greedy_ = best < 0 ? 0 : int32_t(best);
+      o.logits_fresh_ = true;
+    }
     return true;
   }
 
@@ -514,6 +555,13 @@ class CudaBackend final : public Backend {
     throw Error(QSP_ERR_DEVICE, strprintf("NCCL error in %s: %s (%d)", what, why ? why : "unknown", result));
   }
 
+  // Makes rank r's device current for the launches that follow: a no-op
+  // with one rank, whose device prefill() made current (so nothing but
+  // stream work happens while a graph is being captured).
+  void on_device(const Rank& r) const {
+    if (ranks_.size() > 1) QSP_CUDA_CHECK(cudaSetDevice(r.dev));
+  }
+
   // Rank that holds piece i of a slot's tensor (pieces()).
   Rank& rank_of(uint32_t piece) { return ranks_.size() == 1 ? *ranks_[0] : *ranks_[piece]; }
 
@@ -555,7 +603,7 @@ class CudaBackend final : public Backend {
     std::vector<KvTarget> kvs;
     for (auto& rp : ranks_) {
       Rank& r = *rp;
-      QSP_CUDA_CHECK(cudaSetDevice(r.dev));
+      on_device(r);
       int32_t* d_small = as<int32_t>(r.small);
       int32_t* hs = static_cast<int32_t*>(r.h_small.ptr);
       // Position (and tokens) from pinned memory: in a graph these are memcpy
@@ -580,7 +628,7 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < ranks_.size(); ++i) {
       Rank& r = *ranks_[i];
       const Acts& a = acts[i];
-      QSP_CUDA_CHECK(cudaSetDevice(r.dev));
+      on_device(r);
       QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x + size_t(n - 1) * H, H, V(w[kOutputNorm], r.first), a.xn, 1, H,
                                        cfg_.rms_eps, r.stream));
       float* lg = as<float>(r.logits);
@@ -623,7 +671,7 @@ class CudaBackend final : public Backend {
       for (size_t i = 0; i < ranks_.size(); ++i) {
         Rank& r = *ranks_[i];
         const Acts& a = acts[i];
-        QSP_CUDA_CHECK(cudaSetDevice(r.dev));
+        on_device(r);
         QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kAttnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
         for (uint32_t s = r.first; s < r.first + r.count; ++s) enqueue_attention(L, l, r, s, n, a, kvs[i]);
       }
@@ -631,7 +679,7 @@ class CudaBackend final : public Backend {
       for (size_t i = 0; i < ranks_.size(); ++i) {
         Rank& r = *ranks_[i];
         const Acts& a = acts[i];
-        QSP_CUDA_CHECK(cudaSetDevice(r.dev));
+        on_device(r);
         QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kFfnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
         for (uint32_t s = r.first; s < r.first + r.count; ++s) {
           gemm(r.stream, a.xn, H, n, W(L[kWGate], s), &W(L[kWUp], s), kern::Epilogue::kSwiGLU, a.act, nullptr,
@@ -858,7 +906,8 @@ class CudaBackend final : public Backend {
   bool logits_fresh_ = false;
   int32_t greedy_ = 0;  // ranks on several devices: pick_greedy's (one rank: its h_small[1])
   ChunkGraphs graphs_;  // rank 0's stream (one rank without a communicator)
-  std::shared_ptr<BatchSpace> batch_space_;  // set when this context first leads a batch
+  // Per rank, its device's batch space, set when this context first leads a batch.
+  std::vector<std::shared_ptr<BatchSpace>> batch_spaces_;
   UploadStats upload_stats_;
 };
 
