@@ -324,7 +324,7 @@ bool nccl_loads() {
 
 // The all-reduce path on one GPU: QSP_NCCL_ONE_RANK=1 gives the one rank of
 // a context a communicator, so each block ends in an NCCL all-reduce of one
-// rank (the residual as it is) and the graphs are off. The logits must be
+// rank (the residual as it is), graphs after the first eager chunk. The logits must be
 // those of the same split without NCCL, bit for bit (the same kernels in the
 // same order), and the unsplit model's within 2e-3. A library whose
 // ncclCommInitAll fails gives a device error naming the call, and nothing
@@ -365,7 +365,7 @@ TEST_CASE("cuda shard: the NCCL all-reduce path with one rank equals the local s
       CHECK(a.greedy == b.greedy);
       check_close(b, whole, kTol);
     }
-    // Decode steps (eager with NCCL; the graph without).
+    // Decode steps: graphs on both, NCCL's inside them.
     Logits ref = run(local, {7}, {1});
     CHECK(bit_equal(run(reduced, {7}, {1}).v, ref.v));
     for (int step = 0; step < 3; ++step) {

@@ -6,6 +6,11 @@
 // and instantiation cost about as much as a run), up to kMaxGraphs shapes,
 // the least recently used dropped first. A graph bakes in the weights' device
 // pointers: every graph is dropped when the context's weights change.
+//
+// A context on several devices records a chunk on a stream per device (its
+// ranks), the NCCL all-reduces among them: all the streams are captured at
+// once, each into its own graph (as nccl-tests captures one thread's GPUs),
+// and a chunk launches each graph on its stream.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,39 +38,52 @@ class ChunkGraphs {
   ChunkGraphs& operator=(const ChunkGraphs&) = delete;
   ~ChunkGraphs() { drop(); }
 
-  // The graph to launch for chunk shape k with these weights (their tensors'
-  // identities), capturing it now if this is the shape's time; nullptr: run
-  // eagerly. enqueue() records the chunk on `stream` (under capture here).
-  // A capture the driver will not instantiate turns graphs off for good
-  // rather than fail the caller's prefill; an exception from enqueue() ends
-  // the capture and propagates.
+  // The graphs to launch for chunk shape k with these weights (their
+  // tensors' identities), one per stream, capturing them now if this is the
+  // shape's time; nullptr: run eagerly. enqueue() records the chunk on the
+  // streams (under capture here), streams[i] on devices[i]. A capture the
+  // driver will not instantiate turns graphs off for good rather than fail
+  // the caller's prefill; an exception from enqueue() ends the capture and
+  // propagates.
   template <class Enqueue>
-  cudaGraphExec_t get(const Key& k, const std::vector<const void*>& weights, cudaStream_t stream,
-                      Enqueue&& enqueue) {
+  const std::vector<cudaGraphExec_t>* get(const Key& k, const std::vector<const void*>& weights,
+                                          const std::vector<cudaStream_t>& streams, const std::vector<int>& devices,
+                                          Enqueue&& enqueue) {
     if (!enabled_) return nullptr;
     if (!graphs_.empty() && weights != weights_) drop();
     Graph* g = find(k);
-    if (!g && (k.n == 1 || seen(k))) g = capture(k, weights, stream, enqueue);
+    if (!g && (k.n == 1 || seen(k))) g = capture(k, weights, streams, devices, enqueue);
     if (!g) {
       remember(k);
       return nullptr;
     }
     g->last_use = ++clock_;
-    return g->exec;
+    return &g->exec;
   }
 
   void drop() noexcept {
-    for (Graph& g : graphs_) cudaGraphExecDestroy(g.exec);
+    for (Graph& g : graphs_) destroy(g.exec);
     graphs_.clear();
     weights_.clear();
+  }
+  // Graphs off for good (a capture that failed where eager work succeeds).
+  void disable() noexcept {
+    drop();
+    enabled_ = false;
   }
 
  private:
   struct Graph {
     Key key;
-    cudaGraphExec_t exec;
+    std::vector<cudaGraphExec_t> exec;  // one per stream
     uint64_t last_use;
   };
+
+  static void destroy(std::vector<cudaGraphExec_t>& exec) noexcept {
+    for (cudaGraphExec_t e : exec)
+      if (e) cudaGraphExecDestroy(e);
+    exec.clear();
+  }
 
   Graph* find(const Key& k) {
     for (Graph& g : graphs_)
@@ -80,23 +98,59 @@ class ChunkGraphs {
   }
 
   template <class Enqueue>
-  Graph* capture(const Key& k, const std::vector<const void*>& weights, cudaStream_t stream, Enqueue& enqueue) {
-    cudaGraph_t graph = nullptr;
-    QSP_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  Graph* capture(const Key& k, const std::vector<const void*>& weights, const std::vector<cudaStream_t>& streams,
+                 const std::vector<int>& devices, Enqueue& enqueue) {
+    const size_t n = streams.size();
+    std::vector<cudaGraph_t> graph(n, nullptr);
+    // Ends every capture begun (graphs included only when all succeeded).
+    const auto end_all = [&](size_t begun) {
+      cudaError_t first = cudaSuccess;
+      for (size_t i = 0; i < begun; ++i) {
+        if (n > 1) cudaSetDevice(devices[i]);
+        const cudaError_t e = cudaStreamEndCapture(streams[i], &graph[i]);
+        if (e != cudaSuccess && first == cudaSuccess) first = e;
+      }
+      if (n > 1) cudaSetDevice(devices[0]);
+      return first;
+    };
+    const auto free_graphs = [&] {
+      for (cudaGraph_t& g : graph)
+        if (g) cudaGraphDestroy(g), g = nullptr;
+    };
+    for (size_t i = 0; i < n; ++i) {
+      if (n > 1) cudaSetDevice(devices[i]);
+      const cudaError_t e = cudaStreamBeginCapture(streams[i], cudaStreamCaptureModeThreadLocal);
+      if (e != cudaSuccess) {
+        end_all(i);
+        free_graphs();
+        throw_cuda(e, "cudaStreamBeginCapture");
+      }
+    }
+    if (n > 1) cudaSetDevice(devices[0]);
     try {
       enqueue();
     } catch (...) {
-      cudaStreamEndCapture(stream, &graph);
-      if (graph) cudaGraphDestroy(graph);
+      end_all(n);
+      free_graphs();
       cudaGetLastError();
       throw;
     }
-    QSP_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
+    const cudaError_t ended = end_all(n);
+    if (ended != cudaSuccess) {
+      free_graphs();
+      throw_cuda(ended, "cudaStreamEndCapture");
+    }
+    std::vector<cudaGraphExec_t> exec(n, nullptr);
+    cudaError_t e = cudaSuccess;
+    for (size_t i = 0; i < n && e == cudaSuccess; ++i) {
+      if (n > 1) cudaSetDevice(devices[i]);
+      e = cudaGraphInstantiate(&exec[i], graph[i], 0);
+    }
+    if (n > 1) cudaSetDevice(devices[0]);
+    free_graphs();
     if (e != cudaSuccess) {
       cudaGetLastError();
+      destroy(exec);
       drop();
       enabled_ = false;
       return nullptr;
@@ -104,11 +158,11 @@ class ChunkGraphs {
     if (graphs_.size() == kMaxGraphs) {
       auto lru = std::min_element(graphs_.begin(), graphs_.end(),
                                   [](const Graph& a, const Graph& b) { return a.last_use < b.last_use; });
-      cudaGraphExecDestroy(lru->exec);
+      destroy(lru->exec);
       graphs_.erase(lru);
     }
     if (graphs_.empty()) weights_ = weights;
-    graphs_.push_back(Graph{k, exec, 0});
+    graphs_.push_back(Graph{k, std::move(exec), 0});
     return &graphs_.back();
   }
 

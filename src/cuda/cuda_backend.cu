@@ -22,8 +22,8 @@
 // - a shard per device: a rank per shard; rank 0's wo / w_down add into its
 //   residual stream, the others' overwrite theirs, and one in-place NCCL
 //   all-reduce of the residual per block leaves x + the sum of the products
-//   on every device. The host enqueues every rank's work layer by layer and
-//   waits once at the end.
+//   on every device. The host enqueues every rank's work layer by layer (or
+//   launches a captured graph per rank) and waits once at the end.
 //
 // The LM head's shards write their slices of the logits; the greedy token is
 // the best of the ranks' argmaxes (one rank: one argmax over all of them).
@@ -247,25 +247,46 @@ class CudaBackend final : public Backend {
     }
     logits_fresh_ = false;
 
-    // Token chunks replay a captured graph of their shape (embeddings come
-    // from a caller's pointer per call: always eager). A context with NCCL
-    // runs eagerly.
-    Rank& r0 = *ranks_[0];
-    if (c.tokens && !r0.comm) {
-      const cudaGraphExec_t g = graphs_.get({c.n, c.want_logits}, weight_ids(w), r0.stream,
-                                            [&] { enqueue(w, c, /*capturing=*/true); });
+    // Token chunks replay captured graphs of their shape, one per rank
+    // (embeddings come from a caller's pointer per call: always eager). With
+    // NCCL, only once a chunk ran eagerly: the communicators connect at
+    // their first all-reduce, which allocates, and no allocation may happen
+    // under capture; a capture NCCL refuses turns the graphs off.
+    if (c.tokens && (!ranks_[0]->comm || nccl_warm_)) {
+      std::vector<cudaStream_t> streams;
+      std::vector<int> devs;
+      for (const auto& r : ranks_) streams.push_back(r->stream), devs.push_back(r->dev);
+      const std::vector<cudaGraphExec_t>* g = nullptr;
+      try {
+        g = graphs_.get({c.n, c.want_logits}, weight_ids(w), streams, devs,
+                        [&] { enqueue(w, c, /*capturing=*/true); });
+      } catch (const Error&) {
+        if (!ranks_[0]->comm) throw;
+        graphs_.disable();
+        cudaGetLastError();
+      }
       if (g) {
-        QSP_CUDA_CHECK(cudaGraphLaunch(g, r0.stream));
-        QSP_CUDA_CHECK(cudaStreamSynchronize(r0.stream));
+        for (size_t i = 0; i < ranks_.size(); ++i) {
+          on_device(*ranks_[i]);
+          QSP_CUDA_CHECK(cudaGraphLaunch((*g)[i], ranks_[i]->stream));
+        }
+        finish_chunk(c);
         return;
       }
     }
     enqueue(w, c);
+    finish_chunk(c);
+    nccl_warm_ = true;
+  }
+
+  // Waits for every rank's chunk; ranks on several devices then pick the greedy token.
+  void finish_chunk(const PrefillChunk& c) {
     for (auto& r : ranks_) {
       QSP_CUDA_CHECK(cudaSetDevice(r->dev));
       QSP_CUDA_CHECK(cudaStreamSynchronize(r->stream));
       QSP_CUDA_CHECK(cudaGetLastError());
     }
+    if (ranks_.size() > 1) QSP_CUDA_CHECK(cudaSetDevice(ranks_[0]->dev));
     if (c.want_logits && ranks_.size() > 1) pick_greedy();
   }
 
@@ -467,6 +488,7 @@ class CudaBackend final : public Backend {
       o.greedy_ = best < 0 ? 0 : int32_t(best);
       o.logits_fresh_ = true;
     }
+    nccl_warm_ = true;
     return true;
   }
 
@@ -905,7 +927,8 @@ class CudaBackend final : public Backend {
   PinnedBuffer h_logits_;                     // the whole vocabulary
   bool logits_fresh_ = false;
   int32_t greedy_ = 0;  // ranks on several devices: pick_greedy's (one rank: its h_small[1])
-  ChunkGraphs graphs_;  // rank 0's stream (one rank without a communicator)
+  ChunkGraphs graphs_;      // a graph per rank for each repeated chunk shape
+  bool nccl_warm_ = false;  // an eager chunk ran: the communicators are connected
   // Per rank, its device's batch space, set when this context first leads a batch.
   std::vector<std::shared_ptr<BatchSpace>> batch_spaces_;
   UploadStats upload_stats_;
