@@ -3,6 +3,10 @@
 // the GPU), in real layer shapes, Qwen3 and Llama style, Q4_0 and Q8_0.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <random>
+#include <vector>
+
 #include "support/batch.h"
 #include "support/cuda.h"
 #include "support/model.h"
@@ -82,4 +86,41 @@ TEST_CASE("GPU batched prefill: a long run of joining, decoding, truncated and c
   QSP_REQUIRE_GPU();
   const TestModel m = make_model(shape(false, QSP_DTYPE_Q4_0, 44));
   check_long_run(m, QSP_BACKEND_CUDA, 8, 30, 90, kTol, 21);
+}
+
+// A server's decode loop: the same sequences, one token each, step after
+// step: the batch shape repeats, so the pass is captured at its second step
+// and replayed from the third (src/cuda/chunk_graphs.h, BatchGraphs), with
+// each step's positions and tokens copied in by the graph. A truncation, a
+// new order of the same sequences (another key: the logits go elsewhere) and
+// a prompt among the decode steps (another shape) must all still equal one
+// context at a time.
+TEST_CASE("GPU batched prefill: repeated decode steps through a batch graph follow one context at a time",
+          "[gpu][batch][graph]") {
+  QSP_REQUIRE_GPU();
+  const TestModel m = make_model(shape(true, QSP_DTYPE_Q4_0, 47));
+  std::mt19937_64 rng(47);
+  const uint32_t n = 12;
+  BatchWorld w(m, QSP_BACKEND_CUDA, n, 256, kTol);
+  const auto tokens_piece = [&](uint32_t slot, uint32_t len) {
+    Piece p;
+    p.slot = slot;
+    p.n = len;
+    p.tokens = random_tokens(len, m.spec.vocab, rng());
+    return p;
+  };
+  std::vector<Piece> prompts;
+  for (uint32_t i = 0; i < n; ++i) prompts.push_back(tokens_piece(i, 5 + uint32_t(rng() % 60)));
+  w.step(prompts);
+  std::vector<uint32_t> order(n);
+  for (uint32_t i = 0; i < n; ++i) order[i] = i;
+  for (int s = 0; s < 14; ++s) {
+    INFO("step " << s);
+    if (s == 6) w.truncate(3, w.kv(3) / 2);                     // same shape, other positions
+    if (s == 9) std::shuffle(order.begin(), order.end(), rng);  // same shape, other order
+    std::vector<Piece> pieces;
+    for (uint32_t i : order) pieces.push_back(tokens_piece(i, s == 11 && i == order[0] ? 9 : 1));
+    w.step(pieces);
+  }
+  std::printf("    %u sequences, 14 decode steps: worst rel L2 %.3e\n", n, w.worst());
 }

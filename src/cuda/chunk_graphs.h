@@ -1,10 +1,12 @@
-// A context's CUDA graphs, one per repeated chunk shape (src/cuda/cuda_backend.cu
-// is the one user). No launch's grid depends on the position (the kernels read
-// it from a device int), so a chunk of n tokens captured once replays at every
-// position. The decode step (one token) is captured at its first use, other
-// shapes at their second (a shape seen once is not worth a capture: capture
-// and instantiation cost about as much as a run), up to kMaxGraphs shapes,
-// the least recently used dropped first. A graph bakes in the weights' device
+// A context's CUDA graphs, one per repeated shape of work (src/cuda/cuda_backend.cu
+// is the one user): chunks of one context (ChunkGraphs) and batched passes
+// over several (BatchGraphs). No launch's grid depends on the position (the
+// kernels read it from device memory, copied in from pinned host memory by
+// the graph's first node), so a shape captured once replays at every
+// position. A shape is captured at its second use (seen once is not worth a
+// capture: capture and instantiation cost about as much as a run), or at its
+// first where the key says so (the decode step), up to kMaxGraphs shapes, the
+// least recently used dropped first. A graph bakes in the weights' device
 // pointers: every graph is dropped when the context's weights change.
 //
 // A context on several devices records a chunk on a stream per device (its
@@ -24,21 +26,19 @@
 namespace qsp {
 namespace {
 
-class ChunkGraphs {
+// Key: equality comparable, and `bool eager_capture() const` (capture at the
+// first use).
+template <class Key>
+class GraphCache {
  public:
-  struct Key {
-    uint32_t n;   // tokens
-    bool logits;  // the chunk ends with the LM head
-    bool operator==(const Key& o) const { return n == o.n && logits == o.logits; }
-  };
   static constexpr size_t kMaxGraphs = 8, kMaxSeen = 16;
 
-  ChunkGraphs() = default;
-  ChunkGraphs(const ChunkGraphs&) = delete;
-  ChunkGraphs& operator=(const ChunkGraphs&) = delete;
-  ~ChunkGraphs() { drop(); }
+  GraphCache() = default;
+  GraphCache(const GraphCache&) = delete;
+  GraphCache& operator=(const GraphCache&) = delete;
+  ~GraphCache() { drop(); }
 
-  // The graphs to launch for chunk shape k with these weights (their
+  // The graphs to launch for work of shape k with these weights (their
   // tensors' identities), one per stream, capturing them now if this is the
   // shape's time; nullptr: run eagerly. enqueue() records the chunk on the
   // streams (under capture here), streams[i] on devices[i]. A capture the
@@ -52,7 +52,7 @@ class ChunkGraphs {
     if (!enabled_) return nullptr;
     if (!graphs_.empty() && weights != weights_) drop();
     Graph* g = find(k);
-    if (!g && (k.n == 1 || seen(k))) g = capture(k, weights, streams, devices, enqueue);
+    if (!g && (k.eager_capture() || seen(k))) g = capture(k, weights, streams, devices, enqueue);
     if (!g) {
       remember(k);
       return nullptr;
@@ -172,6 +172,28 @@ class ChunkGraphs {
   uint64_t clock_ = 0;               // last_use stamps
   std::vector<const void*> weights_;  // the tensors every graph in graphs_ bakes in
 };
+
+// A chunk of one context: its token count and whether it ends with the LM
+// head. The decode step (one token) is captured at its first use.
+struct ChunkKey {
+  uint32_t n;
+  bool logits;
+  bool operator==(const ChunkKey& o) const { return n == o.n && logits == o.logits; }
+  bool eager_capture() const { return n == 1; }
+};
+using ChunkGraphs = GraphCache<ChunkKey>;
+
+// A batched pass (CudaBackend::prefill_batch): everything its launches and
+// copies depend on besides the contents of the metadata it copies in: the
+// counts that size grids and place the metadata, the batch workspaces'
+// buffers, and where the logits rows go (in order).
+struct BatchKey {
+  std::vector<int64_t> shape;        // tokens, pieces, attention tiles, logits rows, ...
+  std::vector<const void*> buffers;  // the workspaces' and the logits receivers'
+  bool operator==(const BatchKey& o) const { return shape == o.shape && buffers == o.buffers; }
+  bool eager_capture() const { return false; }
+};
+using BatchGraphs = GraphCache<BatchKey>;
 
 }  // namespace
 }  // namespace qsp

@@ -118,6 +118,7 @@ class CudaBackend final : public Backend {
       cudaStreamSynchronize(r->stream);
     }
     graphs_.drop();
+    batch_graphs_.drop();
     for (auto& r : ranks_)
       if (r->comm) nccl_->comm_destroy(r->comm);
     log_upload_stats();
@@ -384,11 +385,10 @@ class CudaBackend final : public Backend {
     const size_t o_argmax = place(rows.size() * sizeof(int32_t));
 
     // Each device's batch space, locked in rank order (every context that
-    // spans these devices lists them in the same, ascending, order).
+    // spans these devices lists them in the same, ascending, order), with
+    // the metadata in its pinned buffer.
     if (batch_spaces_.size() != n_ranks) batch_spaces_.assign(n_ranks, nullptr);
     std::vector<std::unique_lock<std::mutex>> locks;
-    std::vector<Acts> acts(n_ranks);
-    std::vector<KvTarget> kvs(n_ranks);
     std::vector<char*> h_meta(n_ranks), d_meta(n_ranks);
     const size_t H = m.hidden, Q = m.q_dim(), F = m.ffn;
     for (uint32_t ri = 0; ri < n_ranks; ++ri) {
@@ -410,60 +410,104 @@ class CudaBackend final : public Backend {
         space.h_meta_bytes = off;
       }
       char* h = h_meta[ri] = static_cast<char*>(space.h_meta.ptr);
-      char* d = d_meta[ri] = static_cast<char*>(space.meta.ptr);
+      d_meta[ri] = static_cast<char*>(space.meta.ptr);
       std::memcpy(h + o_seqs, seqs.data(), seqs.size() * sizeof(kern::SeqDesc));
       std::memcpy(h + o_tiles, tiles.data(), tiles.size() * sizeof(int2));
       std::memcpy(h + o_tokens, tokens.data(), tokens.size() * sizeof(int32_t));
       std::memcpy(h + o_tseq, token_seq.data(), T * sizeof(int32_t));
       std::memcpy(h + o_rows, rows.data(), rows.size() * sizeof(int32_t));
-      QSP_CUDA_CHECK(cudaMemcpyAsync(d, h, up_bytes, cudaMemcpyHostToDevice, r.stream));
-
-      const Acts& a = acts[ri] = Acts{as<float>(space.x),   as<__half>(space.xn),  as<float>(space.qkv),
-                                      as<__half>(space.q),   as<__half>(space.att), as<__half>(space.act),
-                                      nullptr,               0};
-      if (T_tok)
-        QSP_CUDA_CHECK(kern::embed(W(w[kTokenEmbd], r.first), reinterpret_cast<const int32_t*>(d + o_tokens),
-                                   int32_t(T_tok), a.x, r.stream));
-      for (uint32_t k = 0; k < S; ++k) {
-        const PrefillChunk& c = pieces[order[k]].chunk;
-        if (!c.tokens)
-          QSP_CUDA_CHECK(cudaMemcpyAsync(a.x + size_t(seqs[k].start) * H, c.embeddings,
-                                         size_t(c.n) * H * sizeof(float), cudaMemcpyHostToDevice, r.stream));
-      }
-      KvTarget& kv = kvs[ri];
-      kv.seqs = reinterpret_cast<const kern::SeqDesc*>(d + o_seqs);
-      kv.n_seqs = int32_t(S);
-      kv.token_seq = reinterpret_cast<const int32_t*>(d + o_tseq);
-      kv.tiles = reinterpret_cast<const int2*>(d + o_tiles);
-      kv.n_tiles = int32_t(tiles.size());
-      kv.max_piece = int32_t(max_piece);
     }
-    enqueue_layers(w, int32_t(T), acts.data(), kvs.data());
+    if (n_ranks > 1) QSP_CUDA_CHECK(cudaSetDevice(ranks_[0]->dev));
 
-    for (uint32_t ri = 0; R > 0 && ri < n_ranks; ++ri) {
-      Rank& r = *ranks_[ri];
-      QSP_CUDA_CHECK(cudaSetDevice(r.dev));
-      const Acts& a = acts[ri];
-      char* h = h_meta[ri];
-      char* d = d_meta[ri];
-      const int32_t rank_rows = int32_t(r.vocab_end - r.vocab_begin);
-      float* lg = as<float>(batch_spaces_[ri]->logits);
-      int32_t* d_argmax = reinterpret_cast<int32_t*>(d + o_argmax);
-      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, int32_t(H), V(w[kOutputNorm], r.first), a.xn, int32_t(R), int32_t(H),
-                                       m.rms_eps, r.stream, reinterpret_cast<const int32_t*>(d + o_rows)));
-      lm_head(w, r, a.xn, int32_t(R), lg, rank_rows);
-      QSP_CUDA_CHECK(kern::argmax_rows(lg, rank_rows, int64_t(rank_rows), int32_t(R), d_argmax, r.stream));
-      for (uint32_t k = 0; k < R; ++k) {
-        CudaBackend& o = *owner[row_owner[k]];
-        const float* row = lg + size_t(k) * size_t(rank_rows);
-        if (n_ranks == 1)  // into the owner's device logits, copied to the host on demand
-          QSP_CUDA_CHECK(cudaMemcpyAsync(o.ranks_[0]->logits.ptr, row, size_t(rank_rows) * sizeof(float),
-                                         cudaMemcpyDeviceToDevice, r.stream));
-        else  // the gather: each rank's slice into the owner's host logits
-          QSP_CUDA_CHECK(cudaMemcpyAsync(static_cast<float*>(o.h_logits_.ptr) + r.vocab_begin, row,
-                                         size_t(rank_rows) * sizeof(float), cudaMemcpyDeviceToHost, r.stream));
+    // The pass, from the metadata's copy to the argmaxes' (also what a batch
+    // graph captures: it reads the metadata from h_meta when it runs).
+    const auto enqueue_pass = [&] {
+      std::vector<Acts> acts(n_ranks);
+      std::vector<KvTarget> kvs(n_ranks);
+      for (uint32_t ri = 0; ri < n_ranks; ++ri) {
+        Rank& r = *ranks_[ri];
+        BatchSpace& space = *batch_spaces_[ri];
+        char* d = d_meta[ri];
+        on_device(r);
+        QSP_CUDA_CHECK(cudaMemcpyAsync(d, h_meta[ri], up_bytes, cudaMemcpyHostToDevice, r.stream));
+        const Acts& a = acts[ri] = Acts{as<float>(space.x),   as<__half>(space.xn),  as<float>(space.qkv),
+                                        as<__half>(space.q),   as<__half>(space.att), as<__half>(space.act),
+                                        nullptr,               0};
+        if (T_tok)
+          QSP_CUDA_CHECK(kern::embed(W(w[kTokenEmbd], r.first), reinterpret_cast<const int32_t*>(d + o_tokens),
+                                     int32_t(T_tok), a.x, r.stream));
+        for (uint32_t k = 0; k < S; ++k) {
+          const PrefillChunk& c = pieces[order[k]].chunk;
+          if (!c.tokens)
+            QSP_CUDA_CHECK(cudaMemcpyAsync(a.x + size_t(seqs[k].start) * H, c.embeddings,
+                                           size_t(c.n) * H * sizeof(float), cudaMemcpyHostToDevice, r.stream));
+        }
+        KvTarget& kv = kvs[ri];
+        kv.seqs = reinterpret_cast<const kern::SeqDesc*>(d + o_seqs);
+        kv.n_seqs = int32_t(S);
+        kv.token_seq = reinterpret_cast<const int32_t*>(d + o_tseq);
+        kv.tiles = reinterpret_cast<const int2*>(d + o_tiles);
+        kv.n_tiles = int32_t(tiles.size());
+        kv.max_piece = int32_t(max_piece);
       }
-      QSP_CUDA_CHECK(cudaMemcpyAsync(h + o_argmax, d_argmax, R * sizeof(int32_t), cudaMemcpyDeviceToHost, r.stream));
+      enqueue_layers(w, int32_t(T), acts.data(), kvs.data());
+
+      for (uint32_t ri = 0; R > 0 && ri < n_ranks; ++ri) {
+        Rank& r = *ranks_[ri];
+        on_device(r);
+        const Acts& a = acts[ri];
+        char* d = d_meta[ri];
+        const int32_t rank_rows = int32_t(r.vocab_end - r.vocab_begin);
+        float* lg = as<float>(batch_spaces_[ri]->logits);
+        int32_t* d_argmax = reinterpret_cast<int32_t*>(d + o_argmax);
+        QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, int32_t(H), V(w[kOutputNorm], r.first), a.xn, int32_t(R), int32_t(H),
+                                         m.rms_eps, r.stream, reinterpret_cast<const int32_t*>(d + o_rows)));
+        lm_head(w, r, a.xn, int32_t(R), lg, rank_rows);
+        QSP_CUDA_CHECK(kern::argmax_rows(lg, rank_rows, int64_t(rank_rows), int32_t(R), d_argmax, r.stream));
+        for (uint32_t k = 0; k < R; ++k) {
+          const float* row = lg + size_t(k) * size_t(rank_rows);
+          QSP_CUDA_CHECK(cudaMemcpyAsync(logits_receiver(*owner[row_owner[k]], r), row,
+                                         size_t(rank_rows) * sizeof(float),
+                                         n_ranks == 1 ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost, r.stream));
+        }
+        QSP_CUDA_CHECK(
+            cudaMemcpyAsync(h_meta[ri] + o_argmax, d_argmax, R * sizeof(int32_t), cudaMemcpyDeviceToHost, r.stream));
+      }
+    };
+    // A repeated batch shape (a server's decode steps) replays its graphs;
+    // pieces given as embeddings (a caller's pointers) always run eagerly,
+    // and with NCCL only once the communicators are connected.
+    const std::vector<cudaGraphExec_t>* g = nullptr;
+    if (T_tok == T && (!ranks_[0]->comm || nccl_warm_)) {
+      BatchKey key;
+      key.shape = {int64_t(T), int64_t(S), int64_t(tiles.size()), int64_t(R), int64_t(max_piece), int64_t(tile),
+                   int64_t(off)};
+      std::vector<cudaStream_t> streams;
+      std::vector<int> devs;
+      for (uint32_t ri = 0; ri < n_ranks; ++ri) {
+        const BatchSpace& sp = *batch_spaces_[ri];
+        for (const DeviceBuffer* b : {&sp.x, &sp.xn, &sp.qkv, &sp.q, &sp.att, &sp.act, &sp.logits, &sp.meta})
+          key.buffers.push_back(b->ptr);
+        key.buffers.push_back(sp.h_meta.ptr);
+        streams.push_back(ranks_[ri]->stream);
+        devs.push_back(ranks_[ri]->dev);
+        for (uint32_t k = 0; k < R; ++k) key.buffers.push_back(logits_receiver(*owner[row_owner[k]], *ranks_[ri]));
+      }
+      try {
+        g = batch_graphs_.get(key, weight_ids(w), streams, devs, enqueue_pass);
+      } catch (const Error&) {
+        if (!ranks_[0]->comm) throw;
+        batch_graphs_.disable();
+        cudaGetLastError();
+      }
+    }
+    if (g) {
+      for (uint32_t ri = 0; ri < n_ranks; ++ri) {
+        on_device(*ranks_[ri]);
+        QSP_CUDA_CHECK(cudaGraphLaunch((*g)[ri], ranks_[ri]->stream));
+      }
+    } else {
+      enqueue_pass();
     }
     for (CudaBackend* o : owner) o->logits_fresh_ = false;
     for (auto& r : ranks_) {
@@ -575,6 +619,14 @@ class CudaBackend final : public Backend {
     if (result == 0) return;
     const char* why = nccl_->get_error_string(result);
     throw Error(QSP_ERR_DEVICE, strprintf("NCCL error in %s: %s (%d)", what, why ? why : "unknown", result));
+  }
+
+  // Where rank r's slice of a logits row for context o goes in a batched
+  // pass: o's device logits (one rank; copied to the host on demand), or
+  // o's host logits at the slice (ranks on several devices: the gather).
+  static void* logits_receiver(CudaBackend& o, const Rank& r) {
+    if (o.ranks_.size() == 1) return o.ranks_[0]->logits.ptr;
+    return static_cast<float*>(o.h_logits_.ptr) + r.vocab_begin;
   }
 
   // Makes rank r's device current for the launches that follow: a no-op
@@ -927,7 +979,8 @@ class CudaBackend final : public Backend {
   PinnedBuffer h_logits_;                     // the whole vocabulary
   bool logits_fresh_ = false;
   int32_t greedy_ = 0;  // ranks on several devices: pick_greedy's (one rank: its h_small[1])
-  ChunkGraphs graphs_;      // a graph per rank for each repeated chunk shape
+  ChunkGraphs graphs_;        // a graph per rank for each repeated chunk shape
+  BatchGraphs batch_graphs_;  // batched passes this context led
   bool nccl_warm_ = false;  // an eager chunk ran: the communicators are connected
   // Per rank, its device's batch space, set when this context first leads a batch.
   std::vector<std::shared_ptr<BatchSpace>> batch_spaces_;
