@@ -2,7 +2,9 @@
 // W [N][K] in the device layout of its format (kernels/formats/), fp32
 // accumulation on tensor cores. This file validates the arguments and picks
 // the kernel; the kernels are elsewhere:
-//  1. GEMV (M <= 16; kernels/gemv.cu): decode / LM head, memory bound.
+//  1. GEMV (M <= 16; kernels/gemv.cu): decode / LM head, memory bound; on
+//     sm_90 optionally its bulk-copy form (kernels/gemv_bulk.cu,
+//     $QSP_GEMV_BULK=1 until it is measured to be the faster).
 //  2. wgmma (kernels/gemm_wgmma.cu; sm_90a, formats with kWgmma): the Hopper
 //     prefill path, ~650 TFLOPS at M = 2048 on the H200.
 //  3. mma.sync, large tiles (kernels/gemm_mma.cu; sm_80 / sm_89 prefill, fp16
@@ -14,11 +16,14 @@
 // plan_mma / plan_wgmma (kernels/gemm_plan.cpp) estimate 2-4 in one unit of
 // SM time; measured figures are in bench/RESULTS.md.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/formats/formats.cuh"
 #include "kernels/gemm_internal.cuh"
 #include "kernels/gemm_plan.h"
 #include "kernels/gemm_wgmma.h"
+#include "kernels/gemv_bulk.h"
 #include "kernels/kernels.h"
 #include "kernels/per_device.h"
 
@@ -81,16 +86,32 @@ AutoPlan plan_auto(int64_t M, const KArgs& a, WFormat f, bool dual, bool wg_ok, 
   return r;
 }
 
+// Whether kAuto takes the bulk-copy GEMV where it runs: $QSP_GEMV_BULK=1
+// (read once per process; off until measured faster on the H200).
+bool gemv_bulk_default() {
+  static const bool on = [] {
+    const char* v = std::getenv("QSP_GEMV_BULK");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 // The kernel for this shape, format and device (see the top of the file).
 cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_tile, int wg_splits,
                 cudaStream_t stream) {
   const int M = a.o.M;
   const bool wgmma_format = dispatch_format(f, false, [](auto t) { return decltype(t)::T::kWgmma; });
   if (path == GemmPath::kWgmma && (!wgmma_format || M <= 16)) return cudaErrorNotSupported;
-  if (M <= 16) return launch_gemv(a, f, ep, stream);
+  if ((path == GemmPath::kGemv || path == GemmPath::kGemvBulk) && M > 16) return cudaErrorNotSupported;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
+  if (M <= 16) {
+    const bool bulk = path == GemmPath::kGemvBulk || (path == GemmPath::kAuto && gemv_bulk_default());
+    if (bulk && gemv_bulk::supports(f) && gemv_bulk::available(dev)) return gemv_bulk::run(a, f, ep, stream);
+    if (path == GemmPath::kGemvBulk) return cudaErrorNotSupported;
+    return launch_gemv(a, f, ep, stream);
+  }
   const bool dual = ep == Epilogue::kSwiGLU;
   const int sms = std::max(1, sm_count(dev));
   const bool wg_ok = wgmma_format && path != GemmPath::kMma && wgmma::available(dev);
@@ -180,7 +201,9 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   // 16-byte activation loads: x and ldx aligned to 8 fp16.
   if (g.ldx < K || g.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0) return cudaErrorInvalidValue;
   if (g.ldo < N) return cudaErrorInvalidValue;
-  if (g.path != GemmPath::kAuto && g.path != GemmPath::kMma && g.path != GemmPath::kWgmma) return cudaErrorInvalidValue;
+  if (g.path != GemmPath::kAuto && g.path != GemmPath::kMma && g.path != GemmPath::kWgmma &&
+      g.path != GemmPath::kGemv && g.path != GemmPath::kGemvBulk)
+    return cudaErrorInvalidValue;
   if ((g.wg_tile != 0 || g.wg_splits != 0) && g.path != GemmPath::kWgmma) return cudaErrorInvalidValue;
   if (g.wg_tile != 0 && g.wg_tile != wgmma::kTokTileLarge && g.wg_tile != wgmma::kTokTileSmall) {
     return cudaErrorInvalidValue;

@@ -1,19 +1,14 @@
 // The GEMV (M <= 16): decode and the LM head. Memory bound: every weight
-// byte is read once with 16-byte streaming loads. Weights are the mma A
-// operand (16 weight rows per tile), the tokens the 8-wide B operand, so
-// M = 1 wastes 7/8 of a tiny tensor-core op instead of 15/16. One block per
-// 16-row tile; its warps split K and reduce through shared memory. The
-// per-format part (global -> raw words -> fragments) is the format's WTraits.
-// The K-quants (kFactored) instead give exact integer codes and per-row fp32
-// scales: the mma sums code x activation per k step in fp32 and the scales
-// are applied to those sums: fewer instructions per weight than fp16
-// weights with split scales (frags), and no fp16 rounding of the weights.
+// byte is read once with 16-byte streaming loads. One block per 16-row tile;
+// its warps split K and reduce through shared memory. The per-format part
+// (global -> raw words -> fragments) is the format's WTraits; the arithmetic
+// per chunk is kernels/gemv_chunk.cuh, shared with the sm_90 bulk-copy GEMV
+// (kernels/gemv_bulk.cu).
 #include <algorithm>
-
-#include <type_traits>
 
 #include "kernels/formats/formats.cuh"
 #include "kernels/gemm_internal.cuh"
+#include "kernels/gemv_chunk.cuh"
 #include "kernels/pdl.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
@@ -22,14 +17,7 @@ namespace qsp {
 namespace kern {
 namespace {
 
-constexpr int kGemvMaxWarps = 8;
-
-// Formats whose GEMV applies the scales after the mma (WTraits::kFactored:
-// codes + per-row scales) instead of decoding fp16 weights (frags).
-template <class T, class = void>
-struct Factored : std::false_type {};
-template <class T>
-struct Factored<T, std::void_t<decltype(T::kFactored)>> : std::bool_constant<T::kFactored> {};
+constexpr int kGemvMaxWarps = gemv::kMaxWarps;
 
 // grid = (tiles); block = 32 * kw threads, kw <= kGemvMaxWarps warps that
 // split the K chunks round-robin (warp w: chunks w, w + kw, ...).
@@ -41,13 +29,12 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
   using T = WTraits<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int NM = kDual ? 2 : 1;  // weight matrices
-  constexpr int kLd = 20;            // smem row stride: the partial writes of a warp hit 32 banks
-  __shared__ float red[kGemvMaxWarps][NM][MT * 8][kLd];
+  __shared__ float red[kGemvMaxWarps][NM][MT * 8][gemv::kRedLd];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int tile = blockIdx.x;
-  const int M = a.o.M, N = a.o.N;
+  const int N = a.o.N;
 
   float acc[NM][MT][4];
 #pragma unroll
@@ -90,108 +77,17 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * kw;
-      const bool ok = c < a.KC;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int m = mt * 8 + g;
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-          uint32_t* r = xb[u][mt][s];
-          if (ok && m < M && c * 64 + 16 * s < a.K) {
-            const __half* xp = a.x + size_t(m) * size_t(a.ldx) + c * 64 + 16 * s + 2 * t;
-            ldg32(r[0], xp);
-            ldg32(r[1], xp + 8);
-          } else {
-            r[0] = r[1] = 0u;
-          }
-        }
-      }
+      gemv::load_x<MT>(xb[u], a, c, c < a.KC, g, t);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (c0 + u * kw >= a.KC) break;  // warp-uniform
-      if constexpr (Factored<T>::value) {
-        // x = ds * code + nm per row: the exact codes against the activations
-        // on the tensor cores (fp32 sums over the SP k steps that share a
-        // scale), then ds times that, plus nm times the same steps' activation
-        // sums (an mma with A = 1, shared by the matrices; affine formats).
-        constexpr int SP = T::kScaleSteps;
-#pragma unroll
-        for (int h = 0; h < 4 / SP; ++h) {
-          float xs[MT][4];
-          if constexpr (T::kAffine) {
-            const uint32_t ones[4] = {0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-              for (int r = 0; r < 4; ++r) xs[mt][r] = 0.0f;
-#pragma unroll
-              for (int k = 0; k < SP; ++k) mma_m16n8k16(xs[mt], ones, xb[u][mt][SP * h + k][0], xb[u][mt][SP * h + k][1]);
-            }
-          }
-#pragma unroll
-          for (int w = 0; w < NM; ++w) {
-            uint32_t A[SP][4];
-#pragma unroll
-            for (int k = 0; k < SP; ++k) {
-              uint32_t f[4];
-              T::codes(raw[u][w], SP * h + k, f);
-              A[k][0] = f[0], A[k][1] = f[2], A[k][2] = f[1], A[k][3] = f[3];
-            }
-            float ds[2], nm[2];
-            T::scales(raw[u][w], SP * h, ds, nm);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-              for (int k = 0; k < SP; ++k) mma_m16n8k16(d, A[k], xb[u][mt][SP * h + k][0], xb[u][mt][SP * h + k][1]);
-#pragma unroll
-              for (int r = 0; r < 4; ++r) {
-                acc[w][mt][r] = fmaf(ds[r >> 1], d[r], acc[w][mt][r]);
-                if constexpr (T::kAffine) acc[w][mt][r] = fmaf(nm[r >> 1], xs[mt][r], acc[w][mt][r]);
-              }
-            }
-          }
-        }
-      } else {
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-#pragma unroll
-          for (int w = 0; w < NM; ++w) {
-            uint32_t f[4];
-            T::frags(raw[u][w], s, f);
-            const uint32_t A[4] = {f[0], f[2], f[1], f[3]};
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) mma_m16n8k16(acc[w][mt], A, xb[u][mt][s][0], xb[u][mt][s][1]);
-          }
-        }
-      }
+      gemv::chunk_mma<T, NM, MT>(acc, raw[u], xb[u]);
     }
   }
 
   pdl_wait();  // a warp with no chunk (kw <= KC / U: none today) still waits before the epilogue
-  // D[n][m]: c0, c1 = (n = g, m = 2t, 2t+1); c2, c3 = (n = g + 8, same m).
-#pragma unroll
-  for (int w = 0; w < NM; ++w)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) red[warp][w][mt * 8 + 2 * t + (r & 1)][g + 8 * (r >> 1)] = acc[w][mt][r];
-  __syncthreads();
-  for (int e = threadIdx.x; e < MT * 8 * 16; e += blockDim.x) {
-    const int m = e / 16, nl = e % 16, n = tile * 16 + nl;
-    if (m >= M || n >= N) continue;
-    float s0 = 0.0f, s1 = 0.0f;
-    for (int w = 0; w < kw; ++w) {
-      s0 += red[w][0][m][nl];
-      if (kDual) s1 += red[w][NM - 1][m][nl];
-    }
-    const size_t i = size_t(m) * size_t(a.o.ldo) + size_t(n);
-    if (EP == Epilogue::kStoreF16) a.o.out_h[i] = __float2half_rn(s0);
-    if (EP == Epilogue::kSwiGLU) a.o.out_h[i] = __float2half_rn(silu(s0) * s1);
-    if (EP == Epilogue::kStoreF32) a.o.out_f[i] = s0;
-    if (EP == Epilogue::kAddF32) a.o.out_f[i] += s0;
-  }
+  gemv::reduce_store<EP, NM, MT>(red, acc, a, tile);
 }
 
 // Registers counted per chunk of each of the two matrices of the SwiGLU

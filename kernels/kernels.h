@@ -99,8 +99,11 @@ enum class Epilogue : int32_t {
 // Which kernel family gemm() may use. kAuto picks by shape and device; the
 // others exist for tests and benchmarks. kWgmma returns cudaErrorNotSupported
 // where that path cannot run (no sm_90a image for the device, fp16 weights,
-// M <= 16, which always takes the GEMV).
-enum class GemmPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2 };
+// M <= 16, which always takes a GEMV). For M <= 16: kGemv is the register
+// GEMV (kAuto's choice unless $QSP_GEMV_BULK=1), kGemvBulk the sm_90
+// bulk-copy GEMV (cudaErrorNotSupported where it cannot run: no sm_90a image,
+// fp16 weights, M > 16).
+enum class GemmPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kGemv = 3, kGemvBulk = 4 };
 
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
