@@ -299,7 +299,7 @@ TEST_CASE("cuda shard: sharded and unsplit contexts share the weight cache where
   lw.wq.n_bytes = qsp_dtype_size(QSP_DTYPE_Q8_0, lw.wq.n_rows, lw.wq.n_cols);
   std::vector<uint8_t> bytes(lw.wq.n_bytes, 0x11);
   lw.wq.data = bytes.data();
-  EXPECT_FAIL(four, QSP_ERR_HANDLE_CONFLICT, "0x|q8_0|q4_0", qsp_upload_layer(four, 0, &lw));
+  EXPECT_FAIL(four, QSP_ERR_HANDLE_CONFLICT, "already registered|q8_0|q4_0", qsp_upload_layer(four, 0, &lw));
   qsp_context_destroy(four);
   qsp_context_destroy(two_again);
   qsp_context_destroy(two);
