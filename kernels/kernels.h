@@ -232,5 +232,9 @@ cudaError_t argmax(const float* v, int32_t n, int32_t* out, cudaStream_t stream)
 // out[r] = argmax of row r of v (n floats each, row stride ld >= n), r < n_rows.
 cudaError_t argmax_rows(const float* v, int32_t n, int64_t ld, int32_t n_rows, int32_t* out, cudaStream_t stream);
 
+// ---- Elementwise add (kernels/add.cu) ---------------------------------------------
+// dst[i] += src[i], i < n (the ranks' residual streams summed on one GPU).
+cudaError_t add_f32(float* dst, const float* src, int64_t n, cudaStream_t stream);
+
 }  // namespace kern
 }  // namespace qsp

@@ -443,3 +443,102 @@ TEST_CASE("cuda shard: a shard per GPU through NCCL equals the unsplit model", "
     w.step(pieces);
   }
 }
+
+// The multi-device machinery on one GPU: QSP_TP_LOCAL_RANKS=1 gives every
+// shard a rank of its own on the one device (own stream, activations, KV
+// part, copies of the replicated weights; rank 0's products added into its
+// residual, the others' stored over theirs, the copies summed in rank order
+// and copied back: the all-reduce without NCCL). Those are the sums of the
+// shards run in turn, in the same order, so the logits must be theirs bit
+// for bit; prompts, chunks, embeddings, decode steps, a truncation, and
+// qsp_prefill_batch over such contexts (pieces one by one).
+TEST_CASE("cuda shard: a rank per shard on one GPU gives the shards in turn bit for bit", "[gpu][shard]") {
+  QSP_REQUIRE_GPU();
+  for (const ModelSpec& base : {qwen3_06b(QSP_DTYPE_Q4_0, 913), llama(QSP_DTYPE_Q8_0, 914)}) {
+    ModelSpec spec = base;
+    spec.vocab = 32000;
+    spec.tied = false;
+    const TestModel m = make_model(spec);
+    for (uint32_t n : {2u, 4u}) {
+      ScopedEnv poison("QSP_POISON", "1");
+      qsp_context* in_turn = create_sharded(m, n);
+      qsp_context* ranks = nullptr;
+      {
+        ScopedEnv local("QSP_TP_LOCAL_RANKS", "1");
+        qsp_context_params p = m.params;
+        p.backend = QSP_BACKEND_CUDA;
+        p.n_devices = n;
+        p.device_mask = 0x1;
+        INFO(qsp_last_error());
+        REQUIRE(qsp_context_create(&p, &ranks) == QSP_OK);
+      }
+      REQUIRE(m.upload(ranks) == QSP_OK);
+      qsp_context_info info;
+      qsp_context_info_init(&info);
+      REQUIRE(qsp_context_get_info(ranks, &info) == QSP_OK);
+      CHECK(std::string(info.device_name).find("shards on devices 0, 0") != std::string::npos);
+      const auto same = [&](const std::string& what) {
+        INFO(n << " shards, " << what);
+        const std::vector<float> a = logits_of(in_turn, spec.vocab), b = logits_of(ranks, spec.vocab);
+        CHECK(bit_equal(a, b));
+        int32_t ga = -1, gb = -2;
+        REQUIRE(qsp_greedy_token(in_turn, &ga) == QSP_OK);
+        REQUIRE(qsp_greedy_token(ranks, &gb) == QSP_OK);
+        CHECK(ga == gb);
+        return ga;
+      };
+      const std::vector<int32_t> t = random_tokens(300, spec.vocab, 913 + n);
+      for (uint32_t len : {1u, 17u, 100u}) {
+        for (qsp_context* c : {in_turn, ranks}) {
+          REQUIRE(qsp_kv_clear(c) == QSP_OK);
+          prefill_ok(c, t.data(), len);
+        }
+        same("prompt of " + std::to_string(len));
+      }
+      for (qsp_context* c : {in_turn, ranks}) {
+        prefill_ok(c, t.data() + 100, 7);
+        prefill_ok(c, t.data() + 107, 30);
+      }
+      int32_t next = same("chunks of 7 and 30 after 100");
+      for (int step = 0; step < 4; ++step) {
+        for (qsp_context* c : {in_turn, ranks}) prefill_ok(c, &next, 1);
+        next = same("decode step " + std::to_string(step));
+      }
+      std::vector<float> rows;  // tokens 5..8 embedded by hand
+      for (uint32_t i = 5; i < 9; ++i)
+        rows.insert(rows.end(), m.embd.values.begin() + uint64_t(t[i]) * spec.hidden,
+                    m.embd.values.begin() + uint64_t(t[i] + 1) * spec.hidden);
+      for (qsp_context* c : {in_turn, ranks}) {
+        REQUIRE(qsp_kv_truncate(c, 50) == QSP_OK);
+        REQUIRE(qsp_prefill_embeddings(c, rows.data(), 4) == QSP_OK);
+      }
+      same("4 embeddings after truncating to 50");
+      // A batch of two such contexts (the other fresh), against in-turn single calls.
+      qsp_context* ranks2 = nullptr;
+      {
+        ScopedEnv local("QSP_TP_LOCAL_RANKS", "1");
+        qsp_context_params p = m.params;
+        p.backend = QSP_BACKEND_CUDA;
+        p.n_devices = n;
+        p.device_mask = 0x1;
+        REQUIRE(qsp_context_create(&p, &ranks2) == QSP_OK);
+      }
+      REQUIRE(m.upload(ranks2) == QSP_OK);
+      qsp_context* in_turn2 = create_sharded(m, n);
+      qsp_batch_seq b[2] = {};
+      b[0].ctx = ranks;
+      b[0].tokens = t.data() + 200;
+      b[0].n_tokens = 1;
+      b[1].ctx = ranks2;
+      b[1].tokens = t.data() + 210;
+      b[1].n_tokens = 23;
+      INFO(qsp_last_error());
+      REQUIRE(qsp_prefill_batch(b, 2, sizeof b[0]) == QSP_OK);
+      prefill_ok(in_turn, t.data() + 200, 1);
+      prefill_ok(in_turn2, t.data() + 210, 23);
+      same("a batched decode step");
+      CHECK(bit_equal(logits_of(in_turn2, spec.vocab), logits_of(ranks2, spec.vocab)));
+      for (qsp_context* c : {in_turn, ranks, ranks2, in_turn2}) qsp_context_destroy(c);
+    }
+  }
+}

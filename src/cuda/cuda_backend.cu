@@ -27,6 +27,13 @@
 //
 // The LM head's shards write their slices of the logits; the greedy token is
 // the best of the ranks' argmaxes (one rank: one argmax over all of them).
+//
+// Test aid, QSP_TP_LOCAL_RANKS=1: every shard on one device still gets a
+// rank of its own (own stream, buffers, KV part, weight copies), and the
+// all-reduce is done on that device (rank 0 adds the others' residual copies
+// in rank order, kern::add_f32, and every rank copies the sum back): the
+// multi-device path, NCCL aside, runs on a machine with one GPU, and gives
+// the one-rank shard mode's sums in the same order, so the same bits.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -97,18 +104,25 @@ class CudaBackend final : public Backend {
     qkv_ld_ = int32_t(sh_q_ + 2 * sh_kv_);
     shard_kv_elems_ = size_t(cfg.n_layers) * size_t(sh_kv_heads_) * cfg.max_seq * cfg.head_dim;
     const SlotDesc& head = kModelSlots[kLmHead];
-    const uint32_t n_ranks = one_device ? 1 : n_sh_;
+    local_ranks_ = one_device && n_sh_ > 1 && env_flag("QSP_TP_LOCAL_RANKS");
+    const bool rank_per_shard = !one_device || local_ranks_;
+    const uint32_t n_ranks = rank_per_shard ? n_sh_ : 1;
     for (uint32_t i = 0; i < n_ranks; ++i) {
       ranks_.emplace_back(new Rank);
       Rank& r = *ranks_.back();
       r.dev = devices[i];
-      r.first = one_device ? 0 : i;
-      r.count = one_device ? n_sh_ : 1;
+      r.first = rank_per_shard ? i : 0;
+      r.count = rank_per_shard ? 1 : n_sh_;
       r.vocab_begin = part.rows(head, r.first).begin;
       r.vocab_end = part.rows(head, r.first + r.count - 1).end;
       init_rank(r);
     }
-    if (n_ranks > 1 || env_flag("QSP_NCCL_ONE_RANK")) init_nccl();
+    if (local_ranks_) {
+      for (auto& r : ranks_) QSP_CUDA_CHECK(cudaEventCreateWithFlags(&r->reduced.e, cudaEventDisableTiming));
+    } else if (n_ranks > 1 || env_flag("QSP_NCCL_ONE_RANK")) {
+      init_nccl();
+    }
+    reduce_ = local_ranks_ || ranks_[0]->comm != nullptr;
     h_logits_.alloc(size_t(cfg.vocab) * sizeof(float), "logits");
   }
 
@@ -253,7 +267,7 @@ class CudaBackend final : public Backend {
     // NCCL, only once a chunk ran eagerly: the communicators connect at
     // their first all-reduce, which allocates, and no allocation may happen
     // under capture; a capture NCCL refuses turns the graphs off.
-    if (c.tokens && (!ranks_[0]->comm || nccl_warm_)) {
+    if (c.tokens && !local_ranks_ && (!ranks_[0]->comm || nccl_warm_)) {
       std::vector<cudaStream_t> streams;
       std::vector<int> devs;
       for (const auto& r : ranks_) streams.push_back(r->stream), devs.push_back(r->dev);
@@ -303,6 +317,8 @@ class CudaBackend final : public Backend {
   // rank runs the pass over all the tokens in its device's batch space, with
   // the all-reduces of a single chunk.
   bool prefill_batch(const ModelTensors& w, const std::vector<BatchPiece>& pieces) override {
+    // Ranks sharing a device would share its one batch space: one by one.
+    if (local_ranks_) return false;
     const ModelConfig& m = cfg_;
     const uint32_t S = uint32_t(pieces.size()), n_ranks = uint32_t(ranks_.size());
     std::vector<CudaBackend*> owner(S);
@@ -571,6 +587,14 @@ class CudaBackend final : public Backend {
     size_t attn_scratch_bytes = 0;
     PinnedBuffer h_small;  // [0] past, [1] argmax (of its logits), [2..] tokens
     void* comm = nullptr;  // its NCCL communicator (contexts spanning devices)
+    // QSP_TP_LOCAL_RANKS: recorded when its part of a block is done (and on
+    // rank 0 when the sum is). Destroyed before the stream (declared after it).
+    struct Event {
+      cudaEvent_t e = nullptr;
+      ~Event() {
+        if (e) cudaEventDestroy(e);
+      }
+    } reduced;
     // Weight upload (ensure_staging): released after the destructor
     // synchronized the stream (every upload synchronizes before it returns).
     std::shared_ptr<UploadStaging> staging;
@@ -766,16 +790,20 @@ class CudaBackend final : public Backend {
   }
 
   // How shard s of rank r puts its wo / w_down product into the residual
-  // stream: added, except the first shard of a rank other than 0 with a
-  // communicator, which stores it over its copy (the all-reduce then adds
-  // the copies: x + every product, once).
+  // stream: added, except, where the ranks' copies are summed (reduce_), the
+  // first shard of a rank other than 0, which stores it over its copy (the
+  // all-reduce then adds the copies: x + every product, once).
   kern::Epilogue sum_epilogue(const Rank& r, uint32_t s) const {
-    return r.comm && &r != ranks_[0].get() && s == r.first ? kern::Epilogue::kStoreF32 : kern::Epilogue::kAddF32;
+    return reduce_ && &r != ranks_[0].get() && s == r.first ? kern::Epilogue::kStoreF32 : kern::Epilogue::kAddF32;
   }
 
   // The residual streams of all ranks summed in place (one rank without a
   // communicator: nothing to do, its shards added into it).
   void all_reduce(const Acts* acts, int32_t n) {
+    if (local_ranks_) {
+      local_all_reduce(acts, n);
+      return;
+    }
     if (!ranks_[0]->comm) return;
     const NcclLib& lib = *nccl_;
     const size_t count = size_t(n) * cfg_.hidden;
@@ -788,6 +816,26 @@ class CudaBackend final : public Backend {
     }
     const int end = lib.group_end();
     nccl_check(result ? result : end, "ncclAllReduce");
+  }
+
+  // QSP_TP_LOCAL_RANKS's all-reduce on the one device: rank 0 waits for the
+  // others, adds their copies into its own in rank order, and every other
+  // rank waits for that and copies the sum back.
+  void local_all_reduce(const Acts* acts, int32_t n) {
+    const size_t count = size_t(n) * cfg_.hidden;
+    Rank& r0 = *ranks_[0];
+    for (size_t i = 1; i < ranks_.size(); ++i) {
+      QSP_CUDA_CHECK(cudaEventRecord(ranks_[i]->reduced.e, ranks_[i]->stream));
+      QSP_CUDA_CHECK(cudaStreamWaitEvent(r0.stream, ranks_[i]->reduced.e, 0));
+    }
+    for (size_t i = 1; i < ranks_.size(); ++i)
+      QSP_CUDA_CHECK(kern::add_f32(acts[0].x, acts[i].x, int64_t(count), r0.stream));
+    QSP_CUDA_CHECK(cudaEventRecord(r0.reduced.e, r0.stream));
+    for (size_t i = 1; i < ranks_.size(); ++i) {
+      QSP_CUDA_CHECK(cudaStreamWaitEvent(ranks_[i]->stream, r0.reduced.e, 0));
+      QSP_CUDA_CHECK(cudaMemcpyAsync(acts[i].x, acts[0].x, count * sizeof(float), cudaMemcpyDeviceToDevice,
+                                     ranks_[i]->stream));
+    }
   }
 
   // Shard s's heads of layer l, on rank r, over the normed a.xn: QKV,
@@ -982,6 +1030,8 @@ class CudaBackend final : public Backend {
   ChunkGraphs graphs_;        // a graph per rank for each repeated chunk shape
   BatchGraphs batch_graphs_;  // batched passes this context led
   bool nccl_warm_ = false;  // an eager chunk ran: the communicators are connected
+  bool local_ranks_ = false;  // QSP_TP_LOCAL_RANKS: a rank per shard on one device
+  bool reduce_ = false;       // the ranks' residual copies are summed (NCCL or local_ranks_)
   // Per rank, its device's batch space, set when this context first leads a batch.
   std::vector<std::shared_ptr<BatchSpace>> batch_spaces_;
   UploadStats upload_stats_;

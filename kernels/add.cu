@@ -1,0 +1,46 @@
+// dst += src over n floats: the sum of the shards' residual streams when the
+// ranks of a split context share one GPU (the CUDA backend's
+// QSP_TP_LOCAL_RANKS test mode, src/cuda/cuda_backend.cu: its stand-in for
+// the NCCL all-reduce, adding the ranks' copies in rank order). Memory
+// bound: float4 where the pointers allow, one element per thread otherwise.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace qsp {
+namespace kern {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void add_f32_kernel(float* __restrict__ dst, const float* __restrict__ src, int64_t n, bool vec) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (vec) {
+    if (4 * i + 3 < n) {
+      float4 d = reinterpret_cast<float4*>(dst)[i];
+      const float4 s = reinterpret_cast<const float4*>(src)[i];
+      d.x += s.x, d.y += s.y, d.z += s.z, d.w += s.w;
+      reinterpret_cast<float4*>(dst)[i] = d;
+    } else {
+      for (int64_t j = 4 * i; j < n; ++j) dst[j] += src[j];
+    }
+  } else if (i < n) {
+    dst[i] += src[i];
+  }
+}
+
+}  // namespace
+
+cudaError_t add_f32(float* dst, const float* src, int64_t n, cudaStream_t stream) {
+  if (n < 0 || (n > 0 && (dst == nullptr || src == nullptr))) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const bool vec = reinterpret_cast<uintptr_t>(dst) % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+  const int64_t items = vec ? (n + 3) / 4 : n;
+  add_f32_kernel<<<unsigned((items + kThreads - 1) / kThreads), kThreads, 0, stream>>>(dst, src, n, vec);
+  return cudaGetLastError();
+}
+
+}  // namespace kern
+}  // namespace qsp
