@@ -13,7 +13,8 @@
 // activations are one buffer (they are L2-resident in a real pass too).
 // Columns: TFLOPS = 2*M*N*K / time; W GB/s = weight bytes / time (the
 // figure of merit of the small-M GEMV); err = ||ours - cuBLAS|| / ||cuBLAS||
-// on the same dequantized weights.
+// on the same dequantized weights. For M <= 16 a second line times both
+// GEMVs forced (registers, bulk copies); for M > 16, both GEMM families.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -290,6 +291,27 @@ int run(int argc, char** argv) {
                     flop / ms * 1e-9, wbytes / ms * 1e-6, cms, cms > 0 ? flop / cms * 1e-9 : 0.0,
                     cms > 0 ? cms / ms : 0.0, err);
 
+        if (M <= 16 && f != WFormat::kF16) {
+          // The two GEMVs forced: registers (kernels/gemv.cu) and bulk copies
+          // (kernels/gemv_bulk.cu, sm_90a), weight GB/s (- where it cannot run).
+          double gbs[2] = {0.0, 0.0};
+          const qsp::kern::GemmPath paths[2] = {qsp::kern::GemmPath::kGemv, qsp::kern::GemmPath::kGemvBulk};
+          for (int i = 0; i < 2; ++i) {
+            qsp::kern::GemmArgs p = a;
+            p.path = paths[i];
+            p.w.data = wq.first();
+            if (qsp::kern::gemm(p, nullptr) != cudaSuccess) {
+              (void)cudaGetLastError();
+              continue;
+            }
+            gbs[i] = wbytes / time_ms([&] {
+                       p.w.data = wq.take();
+                       CK(qsp::kern::gemm(p, nullptr));
+                     }) * 1e-6;
+          }
+          std::printf("%-10s %-12s %5d %-5s   GEMVs: registers %6.0f GB/s, bulk copies %6.0f GB/s (%.2fx)\n", sh.what,
+                      nk, M, fname, gbs[0], gbs[1], gbs[0] > 0 ? gbs[1] / gbs[0] : 0.0);
+        }
         if (M > 16 && f != WFormat::kF16) {
           // Each kernel family forced (the row above is gemm()'s own pick).
           double tf[2] = {0.0, 0.0};
