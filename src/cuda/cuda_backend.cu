@@ -820,7 +820,8 @@ class CudaBackend final : public Backend {
 
   // QSP_TP_LOCAL_RANKS's all-reduce on the one device: rank 0 waits for the
   // others, adds their copies into its own in rank order, and every other
-  // rank waits for that and copies the sum back.
+  // rank waits for that and copies the sum back; rank 0 goes on only once
+  // those copies are done (its next epilogue writes its copy again).
   void local_all_reduce(const Acts* acts, int32_t n) {
     const size_t count = size_t(n) * cfg_.hidden;
     Rank& r0 = *ranks_[0];
@@ -835,6 +836,8 @@ class CudaBackend final : public Backend {
       QSP_CUDA_CHECK(cudaStreamWaitEvent(ranks_[i]->stream, r0.reduced.e, 0));
       QSP_CUDA_CHECK(cudaMemcpyAsync(acts[i].x, acts[0].x, count * sizeof(float), cudaMemcpyDeviceToDevice,
                                      ranks_[i]->stream));
+      QSP_CUDA_CHECK(cudaEventRecord(ranks_[i]->reduced.e, ranks_[i]->stream));
+      QSP_CUDA_CHECK(cudaStreamWaitEvent(r0.stream, ranks_[i]->reduced.e, 0));
     }
   }
 
