@@ -135,8 +135,9 @@ class Context:
     Tensor parallelism (libqsp >= 1.3): ``n_devices=N`` splits the model
     into N shards (0 or 1: unsplit, the default). The CPU runs the shards
     (1, 2, 4 or 8) one after another, bit-identical to the unsplit model;
-    CUDA with N > 1 raises QspError (UNSUPPORTED) for now, and a shape that
-    does not divide raises QspError (SHAPE). ``device_mask`` names the CUDA
+    CUDA runs them in turn on one GPU (a one-bit ``device_mask``) or a shard
+    per GPU through NCCL (without NCCL: QspError, UNSUPPORTED), and a shape
+    that does not divide raises QspError (SHAPE). ``device_mask`` names the CUDA
     devices, bit i = ordinal i (0: N devices from ``device_index`` on).
     """
 
