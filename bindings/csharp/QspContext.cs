@@ -31,8 +31,9 @@ namespace Qsp
         /// <summary>Tensor parallelism (libqsp >= 1.3): the model split into
         /// this many shards; 0 or 1 = unsplit. The CPU runs the shards (1, 2,
         /// 4 or 8) one after another, bit-identical to the unsplit model; CUDA
-        /// with more than one is Status.Unsupported for now. A shape that does
-        /// not divide is Status.Shape.</summary>
+        /// runs them in turn on one GPU (a one-bit DeviceMask) or a shard per
+        /// GPU through NCCL (without NCCL: Status.Unsupported). A shape that
+        /// does not divide is Status.Shape.</summary>
         public uint NDevices;
         /// <summary>The shards' CUDA devices, bit i = ordinal i: NDevices bits
         /// (a shard per device), one bit (every shard on that device) or 0

@@ -84,8 +84,9 @@ type Params struct {
 	NThreads                              int32 // CPU threads; 0 = one per core
 	// Tensor parallelism (libqsp >= 1.3): the model split into NDevices
 	// shards (0 or 1: unsplit). The CPU runs the shards (1, 2, 4 or 8) one
-	// after another, bit-identical to the unsplit model; CUDA with more than
-	// one is StatusUnsupported for now. A shape that does not divide is
+	// after another, bit-identical to the unsplit model; CUDA runs them in
+	// turn on one GPU (a one-bit DeviceMask) or a shard per GPU through NCCL
+	// (without NCCL: StatusUnsupported). A shape that does not divide is
 	// StatusShape. DeviceMask names the CUDA devices, bit i = ordinal i:
 	// NDevices bits (a shard per device), one (every shard on that device) or
 	// 0 (NDevices devices from DeviceIndex on); checked, not used, on the CPU.

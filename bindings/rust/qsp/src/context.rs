@@ -30,8 +30,10 @@ pub struct Params {
     pub n_threads: i32,
     /// Tensor parallelism (libqsp >= 1.3): the model split into this many
     /// shards; 0 or 1 = unsplit. The CPU runs the shards (1, 2, 4 or 8) one
-    /// after another, bit-identical to the unsplit model; CUDA with more than
-    /// one is `Unsupported` for now. A shape that does not divide is `Shape`.
+    /// after another, bit-identical to the unsplit model; CUDA runs them in
+    /// turn on one GPU (a one-bit `device_mask`) or a shard per GPU through
+    /// NCCL (without NCCL: `Unsupported`). A shape that does not divide is
+    /// `Shape`.
     pub n_devices: u32,
     /// The shards' CUDA devices, bit i = ordinal i: `n_devices` bits (a shard
     /// per device), one bit (every shard on that device) or 0 (`n_devices`
