@@ -16,9 +16,15 @@
 #include <vector>
 
 #include "api/fixture.h"
+#include "common/error.h"
+#include "engine/config.h"
+#include "engine/partition.h"
+#include "engine/slots.h"
+#include "formats/format.h"
 #include "gguf_test_util.h"
 #include "support/api.h"
 #include "support/model.h"
+#include "support/rng.h"
 #include "qsp/qsp.h"
 #include "qsp/qsp_gguf.h"
 
@@ -449,4 +455,68 @@ TEST_CASE("shard: AUTO with several devices and no GPU runs the shards on the CP
   CHECK(info.backend == QSP_BACKEND_CPU);
   CHECK(std::string(info.device_name).find("2 shards") != std::string::npos);
   qsp_context_destroy(ctx);
+}
+
+// What the CUDA backend uploads for each shard (Partition::cut): shard s's
+// rows of a row-cut slot and its columns of a column-cut one, as a matrix of
+// its own in the same dtype, for every format qsp knows. Dequantized, the
+// piece must be exactly the shard's block of the whole tensor; a row cut is
+// the caller's bytes in place (no copy), a slot that is not cut the whole.
+TEST_CASE("shard: each shard's cut of a tensor is exactly its rows and columns, every format", "[shard]") {
+  qsp_context_params p;
+  qsp_context_params_init(&p);
+  p.n_layers = 1;
+  p.hidden_size = 512;
+  p.intermediate_size = 2048;  // 256 columns of w_down per shard at N = 8: whole K-quant super-blocks
+  p.n_heads = 16;
+  p.n_kv_heads = 8;
+  p.head_dim = 128;
+  p.vocab_size = 1003;  // not a multiple of the shards: unequal LM-head pieces
+  p.max_seq_len = 16;
+  const qsp::ModelConfig cfg = qsp::ModelConfig::from_params(p);
+  qsp_test::Rng rng(4242);
+  for (const qsp::fmt::Format* const* f = qsp::fmt::all(); *f; ++f) {
+    const int32_t dt = (*f)->dtype;
+    for (const qsp::SlotDesc* slot : {&qsp::kLayerSlots[qsp::kWq], &qsp::kLayerSlots[qsp::kWDown],
+                                      &qsp::kLayerSlots[qsp::kAttnNorm], &qsp::kModelSlots[qsp::kLmHead]}) {
+      const uint64_t rows = qsp::dim_value(cfg, slot->rows), cols = qsp::dim_value(cfg, slot->cols);
+      if (qsp::fmt::tensor_bytes(dt, rows, cols) == 0) continue;  // cols not whole blocks of this format
+      std::vector<float> values(rows * cols);
+      for (float& v : values) v = rng.normal();
+      std::vector<uint8_t> bytes(qsp::fmt::tensor_bytes(dt, rows, cols));
+      const uint64_t row_bytes = qsp::fmt::tensor_bytes(dt, 1, cols);
+      for (uint64_t r = 0; r < rows; ++r) (*f)->quantize(values.data() + r * cols, bytes.data() + r * row_bytes, cols);
+      std::vector<float> whole(rows * cols);
+      for (uint64_t r = 0; r < rows; ++r) qsp::fmt::dequantize_row(dt, bytes.data() + r * row_bytes, whole.data() + r * cols, cols);
+      for (uint32_t n : {1u, 2u, 4u, 8u}) {
+        INFO((*f)->name << " " << slot->name << " over " << n);
+        const qsp::Partition part(cfg, n);
+        try {
+          part.check_tensor(*slot, dt, slot->name);
+        } catch (const qsp::Error&) {
+          continue;  // a K-quant's columns that do not give whole super-blocks: refused at upload
+        }
+        uint64_t covered_rows = 0;
+        std::vector<uint8_t> scratch;
+        for (uint32_t s = 0; s < n; ++s) {
+          const qsp::Range rr = part.rows(*slot, s), cr = part.cols(*slot, s);
+          const qsp::Partition::Piece piece = part.cut(*slot, s, dt, bytes.data(), scratch);
+          REQUIRE(piece.rows == rr.size());
+          REQUIRE(piece.cols == cr.size());
+          REQUIRE(piece.bytes == qsp::fmt::tensor_bytes(dt, piece.rows, piece.cols));
+          if (cr.size() == cols) CHECK(piece.data == bytes.data() + rr.begin * row_bytes);  // in place
+          const uint64_t piece_row = qsp::fmt::tensor_bytes(dt, 1, piece.cols);
+          std::vector<float> got(piece.cols);
+          bool same = true;
+          for (uint64_t r = 0; r < piece.rows && same; ++r) {
+            qsp::fmt::dequantize_row(dt, static_cast<const uint8_t*>(piece.data) + r * piece_row, got.data(), piece.cols);
+            same = std::memcmp(got.data(), whole.data() + (rr.begin + r) * cols + cr.begin, piece.cols * sizeof(float)) == 0;
+          }
+          CHECK(same);
+          if (slot->split != qsp::Split::kCols) covered_rows += piece.rows;
+        }
+        if (slot->split != qsp::Split::kCols) CHECK(covered_rows == (slot->split == qsp::Split::kRows ? rows : rows * n));
+      }
+    }
+  }
 }

@@ -224,27 +224,16 @@ class CudaBackend final : public Backend {
       }
       return std::unique_ptr<Tensor>(t.release());
     }
-    std::vector<uint8_t> cut;  // a shard's columns, gathered row by row
+    std::vector<uint8_t> scratch;  // a shard's columns, gathered row by row
     for (uint32_t i = 0; i < n; ++i) {
       TensorMeta pm = m;
       const void* pd = data;
       if (slot.split != Split::kNone) {
-        // The partition's ranges fall on block boundaries (check_tensor).
-        const Range r = part_.rows(slot, i), c = part_.cols(slot, i);
-        pm.rows = r.size();
-        pm.cols = c.size();
-        pm.bytes = fmt::tensor_bytes(m.dtype, pm.rows, pm.cols);
-        const uint64_t row_bytes = fmt::tensor_bytes(m.dtype, 1, m.cols);
-        const uint8_t* first = static_cast<const uint8_t*>(data) + r.begin * row_bytes;
-        if (c.size() == m.cols) {
-          pd = first;  // whole rows: the caller's bytes as they are
-        } else {
-          const uint64_t skip = fmt::tensor_bytes(m.dtype, 1, c.begin), piece_row = pm.bytes / pm.rows;
-          cut.resize(pm.bytes);
-          for (uint64_t k = 0; k < pm.rows; ++k)
-            std::memcpy(cut.data() + k * piece_row, first + k * row_bytes + skip, piece_row);
-          pd = cut.data();
-        }
+        const Partition::Piece p = part_.cut(slot, i, m.dtype, data, scratch);
+        pm.rows = p.rows;
+        pm.cols = p.cols;
+        pm.bytes = p.bytes;
+        pd = p.data;
       }
       upload_matrix(pm, pd, rank_of(i), t->piece(i));
       t->stored_bytes += t->piece(i).buf.bytes;

@@ -1,5 +1,7 @@
 #include "engine/partition.h"
 
+#include <cstring>
+
 #include "common/error.h"
 #include "formats/format.h"
 
@@ -65,6 +67,29 @@ void Partition::check_tensor(const SlotDesc& slot, int32_t dtype, const char* wh
               "give %llu",
               where, f->name, f->block_elems, (unsigned long long)dim_value(cfg_, slot.cols), n_,
               (unsigned long long)per);
+}
+
+Partition::Piece Partition::cut(const SlotDesc& slot, uint32_t s, int32_t dtype, const void* data,
+                                std::vector<uint8_t>& scratch) const {
+  const Range r = rows(slot, s), c = cols(slot, s);
+  const uint64_t n_cols = dim_value(cfg_, slot.cols);
+  Piece p;
+  p.rows = r.size();
+  p.cols = c.size();
+  p.bytes = fmt::tensor_bytes(dtype, p.rows, p.cols);
+  const uint64_t row_bytes = fmt::tensor_bytes(dtype, 1, n_cols);
+  const uint8_t* first = static_cast<const uint8_t*>(data) + r.begin * row_bytes;
+  if (c.size() == n_cols) {
+    p.data = first;  // whole rows: the caller's bytes as they are
+    return p;
+  }
+  // The column ranges fall on block boundaries (check_tensor).
+  const uint64_t skip = fmt::tensor_bytes(dtype, 1, c.begin), piece_row = fmt::tensor_bytes(dtype, 1, c.size());
+  scratch.resize(p.bytes);
+  for (uint64_t i = 0; i < p.rows; ++i)
+    std::memcpy(scratch.data() + i * piece_row, first + i * row_bytes + skip, piece_row);
+  p.data = scratch.data();
+  return p;
 }
 
 }  // namespace qsp

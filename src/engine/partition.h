@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/config.h"
 #include "engine/slots.h"
@@ -57,6 +58,17 @@ class Partition {
   // Throws QSP_ERR_SHAPE when a tensor of `dtype` in `slot` cannot be cut:
   // a column split that would not give every shard whole blocks.
   void check_tensor(const SlotDesc& slot, int32_t dtype, const char* where) const;
+
+  // Shard s's piece of a checked tensor of `slot` (dtype, the slot's shape,
+  // its caller's bytes `data`) as a matrix of its own, in the same dtype: for
+  // a row cut (or none) a pointer into data; for a column cut the shard's
+  // blocks of every row gathered into `scratch`. A backend that stores
+  // pieces (the CUDA backend) uploads these.
+  struct Piece {
+    const void* data;
+    uint64_t rows, cols, bytes;
+  };
+  Piece cut(const SlotDesc& slot, uint32_t s, int32_t dtype, const void* data, std::vector<uint8_t>& scratch) const;
 
  private:
   Range share(uint64_t count, uint32_t s) const { return {count * s / n_, count * (s + 1) / n_}; }
