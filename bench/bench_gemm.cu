@@ -291,67 +291,48 @@ int run(int argc, char** argv) {
                     flop / ms * 1e-9, wbytes / ms * 1e-6, cms, cms > 0 ? flop / cms * 1e-9 : 0.0,
                     cms > 0 ? cms / ms : 0.0, err);
 
+        // Milliseconds of gemm() with `path` forced (and the wgmma tile / K
+        // splits); 0 where that cannot run.
+        const auto forced_ms = [&](qsp::kern::GemmPath path, int wg_tile = 0, int wg_splits = 0) {
+          qsp::kern::GemmArgs p = a;
+          p.path = path;
+          p.wg_tile = wg_tile;
+          p.wg_splits = wg_splits;
+          p.w.data = wq.first();
+          if (qsp::kern::gemm(p, nullptr) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0.0;
+          }
+          return time_ms([&] {
+            p.w.data = wq.take();
+            CK(qsp::kern::gemm(p, nullptr));
+          });
+        };
         if (M <= 16 && f != WFormat::kF16) {
           // The two GEMVs forced: registers (kernels/gemv.cu) and bulk copies
-          // (kernels/gemv_bulk.cu, sm_90a), weight GB/s (- where it cannot run).
-          double gbs[2] = {0.0, 0.0};
-          const qsp::kern::GemmPath paths[2] = {qsp::kern::GemmPath::kGemv, qsp::kern::GemmPath::kGemvBulk};
-          for (int i = 0; i < 2; ++i) {
-            qsp::kern::GemmArgs p = a;
-            p.path = paths[i];
-            p.w.data = wq.first();
-            if (qsp::kern::gemm(p, nullptr) != cudaSuccess) {
-              (void)cudaGetLastError();
-              continue;
-            }
-            gbs[i] = wbytes / time_ms([&] {
-                       p.w.data = wq.take();
-                       CK(qsp::kern::gemm(p, nullptr));
-                     }) * 1e-6;
-          }
+          // (kernels/gemv_bulk.cu, sm_90a), weight GB/s (0 where it cannot run).
+          const double t0 = forced_ms(qsp::kern::GemmPath::kGemv), t1 = forced_ms(qsp::kern::GemmPath::kGemvBulk);
+          const double g0 = t0 > 0 ? wbytes / t0 * 1e-6 : 0.0, g1 = t1 > 0 ? wbytes / t1 * 1e-6 : 0.0;
           std::printf("%-10s %-12s %5d %-5s   GEMVs: registers %6.0f GB/s, bulk copies %6.0f GB/s (%.2fx)\n", sh.what,
-                      nk, M, fname, gbs[0], gbs[1], gbs[0] > 0 ? gbs[1] / gbs[0] : 0.0);
+                      nk, M, fname, g0, g1, g0 > 0 ? g1 / g0 : 0.0);
         }
         if (M > 16 && f != WFormat::kF16) {
           // Each kernel family forced (the row above is gemm()'s own pick).
-          double tf[2] = {0.0, 0.0};
-          const qsp::kern::GemmPath paths[2] = {qsp::kern::GemmPath::kMma, qsp::kern::GemmPath::kWgmma};
-          for (int i = 0; i < 2; ++i) {
-            qsp::kern::GemmArgs p = a;
-            p.path = paths[i];
-            p.w.data = wq.first();
-            if (qsp::kern::gemm(p, nullptr) != cudaSuccess) {
-              (void)cudaGetLastError();
-              continue;
-            }
-            tf[i] = flop / time_ms([&] {
-                      p.w.data = wq.take();
-                      CK(qsp::kern::gemm(p, nullptr));
-                    }) * 1e-9;
-          }
+          const double t0 = forced_ms(qsp::kern::GemmPath::kMma), t1 = forced_ms(qsp::kern::GemmPath::kWgmma);
           std::printf("%-10s %-12s %5d %-5s   paths: mma.sync %6.1f TFLOPS, wgmma %6.1f TFLOPS\n", sh.what, nk, M,
-                      fname, tf[0], tf[1]);
+                      fname, t0 > 0 ? flop / t0 * 1e-9 : 0.0, t1 > 0 ? flop / t1 * 1e-9 : 0.0);
         }
         if (sweep && M > 16 && f != WFormat::kF16) {
           // Every wgmma token tile x K split forced, TFLOPS (- where it cannot run).
           std::printf("%-10s %-12s %5d %-5s   wgmma tile/splits:", sh.what, nk, M, fname);
           for (int bt : {256, 128})
             for (int ks : {1, 2, 4, 8}) {
-              qsp::kern::GemmArgs p = a;
-              p.path = qsp::kern::GemmPath::kWgmma;
-              p.wg_tile = bt;
-              p.wg_splits = ks;
-              p.w.data = wq.first();
-              if (qsp::kern::gemm(p, nullptr) != cudaSuccess) {
-                (void)cudaGetLastError();
+              const double t = forced_ms(qsp::kern::GemmPath::kWgmma, bt, ks);
+              if (t > 0) {
+                std::printf(" %d/%d %.1f", bt, ks, flop / t * 1e-9);
+              } else {
                 std::printf(" %d/%d -", bt, ks);
-                continue;
               }
-              const double t = time_ms([&] {
-                p.w.data = wq.take();
-                CK(qsp::kern::gemm(p, nullptr));
-              });
-              std::printf(" %d/%d %.1f", bt, ks, flop / t * 1e-9);
             }
           std::printf("\n");
         }

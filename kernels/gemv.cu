@@ -37,14 +37,8 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
   const int N = a.o.N;
 
   float acc[NM][MT][4];
-#pragma unroll
-  for (int w = 0; w < NM; ++w)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[w][mt][r] = 0.0f;
-  // The tile's matrix (a group member unless kSwiGLU) and unit 0.
-  const WLoc loc = kDual ? WLoc{a.w[0], uint32_t(a.scale_off), tile} : locate(a.grp, tile);
+  gemv::zero(acc);
+  const WLoc loc = gemv::tile_loc<kDual>(a, tile);
 
   for (int c0 = warp; c0 < a.KC; c0 += kw * U) {
     typename T::Raw raw[U][NM];

@@ -73,14 +73,8 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 2) gemv_bulk_kernel(cons
   const int tile = blockIdx.x;
 
   float acc[NM][MT][4];
-#pragma unroll
-  for (int w = 0; w < NM; ++w)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[w][mt][r] = 0.0f;
-  // The tile's matrix (a group member unless kSwiGLU) and unit 0.
-  const WLoc loc = kDual ? WLoc{a.w[0], uint32_t(a.scale_off), tile} : locate(a.grp, tile);
+  gemv::zero(acc);
+  const WLoc loc = gemv::tile_loc<kDual>(a, tile);
 
   // This warp's groups of U chunks: warp, warp + kw, ... (group j: chunks
   // [j U, j U + U) of the tile, fewer in the last).

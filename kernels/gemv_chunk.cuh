@@ -34,6 +34,23 @@ struct Factored : std::false_type {};
 template <class T>
 struct Factored<T, std::void_t<decltype(T::kFactored)>> : std::bool_constant<T::kFactored> {};
 
+template <int NM, int MT>
+__device__ __forceinline__ void zero(float (&acc)[NM][MT][4]) {
+#pragma unroll
+  for (int w = 0; w < NM; ++w)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[w][mt][r] = 0.0f;
+}
+
+// Tile `tile`'s matrix (a row-group member unless kSwiGLU, whose gate is
+// w[0] and up w[1]) and its unit 0.
+template <bool kDual>
+__device__ __forceinline__ WLoc tile_loc(const KArgs& a, int tile) {
+  return kDual ? WLoc{a.w[0], uint32_t(a.scale_off), tile} : locate(a.grp, tile);
+}
+
 // The B fragments of chunk c for MT m8 token tiles: xb[mt][s] = X row
 // mt * 8 + g, k step s: cols 16s + 2t, +1 and 16s + 2t + 8, +9 (zero past M,
 // past K, or for a chunk that is not there: ok = false).

@@ -20,23 +20,7 @@ using namespace qsp_test;
 
 namespace {
 
-ModelSpec qwen3_shape(int32_t wtype, uint64_t seed) {
-  ModelSpec s;  // the layer shapes of Qwen3-0.6B, two layers
-  s.n_layers = 2;
-  s.hidden = 1024;
-  s.ffn = 3072;
-  s.n_heads = 16;
-  s.n_kv_heads = 8;
-  s.head_dim = 128;
-  s.vocab = 151936;
-  s.max_seq = 4096 + 64;
-  s.qwen3 = true;
-  s.wtype = wtype;
-  s.embd_type = QSP_DTYPE_Q8_0;
-  s.tied = true;
-  s.seed = seed;
-  return s;
-}
+ModelSpec qwen3_shape(int32_t wtype, uint64_t seed) { return qwen3_06b_layers(wtype, seed); }
 
 ModelSpec llama_shape(int32_t wtype, uint64_t seed) {
   ModelSpec s;  // Llama style: interleaved RoPE, no QK-norm, GQA 4, head_dim 64

@@ -34,20 +34,8 @@ namespace {
 constexpr double kTol = 2e-3;  // sharded against unsplit, both on the GPU
 
 ModelSpec qwen3_06b(int32_t wtype, uint64_t seed) {
-  ModelSpec s;  // Qwen3-0.6B's layer shapes, two layers
-  s.n_layers = 2;
-  s.hidden = 1024;
-  s.ffn = 3072;
-  s.n_heads = 16;
-  s.n_kv_heads = 8;
-  s.head_dim = 128;
-  s.vocab = 151936;
+  ModelSpec s = qwen3_06b_layers(wtype, seed);  // tied: the LM head's shards are cut from the embedding's handle
   s.max_seq = 1200;
-  s.qwen3 = true;
-  s.wtype = wtype;
-  s.embd_type = QSP_DTYPE_Q8_0;
-  s.tied = true;  // the LM head's shards are cut from the embedding's handle
-  s.seed = seed;
   return s;
 }
 
@@ -84,7 +72,8 @@ ModelSpec llama(int32_t wtype, uint64_t seed) {
   return s;
 }
 
-// A context of m on the GPU split n ways, every shard on device 0.
+// A context of m on the GPU split n ways, every shard on device 0 (in turn,
+// or a rank each where the caller set QSP_TP_LOCAL_RANKS).
 qsp_context* create_sharded(const TestModel& m, uint32_t n) {
   qsp_context_params p = m.params;
   p.backend = QSP_BACKEND_CUDA;
@@ -105,7 +94,8 @@ qsp_context* create_sharded(const TestModel& m, uint32_t n) {
   qsp_context_info_init(&info);
   REQUIRE(qsp_context_get_info(ctx, &info) == QSP_OK);
   CHECK(info.backend == QSP_BACKEND_CUDA);
-  CHECK(std::string(info.device_name).find("(" + std::to_string(n) + " shards)") != std::string::npos);
+  // "(2 shards)" in turn; "(2 shards on devices 0, 0)" with QSP_TP_LOCAL_RANKS
+  CHECK(std::string(info.device_name).find("(" + std::to_string(n) + " shards") != std::string::npos);
   return ctx;
 }
 
@@ -462,17 +452,11 @@ TEST_CASE("cuda shard: a rank per shard on one GPU gives the shards in turn bit 
     for (uint32_t n : {2u, 4u}) {
       ScopedEnv poison("QSP_POISON", "1");
       qsp_context* in_turn = create_sharded(m, n);
-      qsp_context* ranks = nullptr;
-      {
+      const auto create_ranks = [&] {
         ScopedEnv local("QSP_TP_LOCAL_RANKS", "1");
-        qsp_context_params p = m.params;
-        p.backend = QSP_BACKEND_CUDA;
-        p.n_devices = n;
-        p.device_mask = 0x1;
-        INFO(qsp_last_error());
-        REQUIRE(qsp_context_create(&p, &ranks) == QSP_OK);
-      }
-      REQUIRE(m.upload(ranks) == QSP_OK);
+        return create_sharded(m, n);
+      };
+      qsp_context* ranks = create_ranks();
       qsp_context_info info;
       qsp_context_info_init(&info);
       REQUIRE(qsp_context_get_info(ranks, &info) == QSP_OK);
@@ -514,16 +498,7 @@ TEST_CASE("cuda shard: a rank per shard on one GPU gives the shards in turn bit 
       }
       same("4 embeddings after truncating to 50");
       // A batch of two such contexts (the other fresh), against in-turn single calls.
-      qsp_context* ranks2 = nullptr;
-      {
-        ScopedEnv local("QSP_TP_LOCAL_RANKS", "1");
-        qsp_context_params p = m.params;
-        p.backend = QSP_BACKEND_CUDA;
-        p.n_devices = n;
-        p.device_mask = 0x1;
-        REQUIRE(qsp_context_create(&p, &ranks2) == QSP_OK);
-      }
-      REQUIRE(m.upload(ranks2) == QSP_OK);
+      qsp_context* ranks2 = create_ranks();
       qsp_context* in_turn2 = create_sharded(m, n);
       qsp_batch_seq b[2] = {};
       b[0].ctx = ranks;

@@ -116,6 +116,8 @@ class CudaBackend final : public Backend {
       r.vocab_begin = part.rows(head, r.first).begin;
       r.vocab_end = part.rows(head, r.first + r.count - 1).end;
       init_rank(r);
+      streams_.push_back(r.stream);
+      devs_.push_back(r.dev);
     }
     if (local_ranks_) {
       for (auto& r : ranks_) QSP_CUDA_CHECK(cudaEventCreateWithFlags(&r->reduced.e, cudaEventDisableTiming));
@@ -257,12 +259,9 @@ class CudaBackend final : public Backend {
     // their first all-reduce, which allocates, and no allocation may happen
     // under capture; a capture NCCL refuses turns the graphs off.
     if (c.tokens && !local_ranks_ && (!ranks_[0]->comm || nccl_warm_)) {
-      std::vector<cudaStream_t> streams;
-      std::vector<int> devs;
-      for (const auto& r : ranks_) streams.push_back(r->stream), devs.push_back(r->dev);
       const std::vector<cudaGraphExec_t>* g = nullptr;
       try {
-        g = graphs_.get({c.n, c.want_logits}, weight_ids(w), streams, devs,
+        g = graphs_.get({c.n, c.want_logits}, weight_ids(w), streams_, devs_,
                         [&] { enqueue(w, c, /*capturing=*/true); });
       } catch (const Error&) {
         if (!ranks_[0]->comm) throw;
@@ -487,19 +486,15 @@ class CudaBackend final : public Backend {
       BatchKey key;
       key.shape = {int64_t(T), int64_t(S), int64_t(tiles.size()), int64_t(R), int64_t(max_piece), int64_t(tile),
                    int64_t(off)};
-      std::vector<cudaStream_t> streams;
-      std::vector<int> devs;
       for (uint32_t ri = 0; ri < n_ranks; ++ri) {
         const BatchSpace& sp = *batch_spaces_[ri];
         for (const DeviceBuffer* b : {&sp.x, &sp.xn, &sp.qkv, &sp.q, &sp.att, &sp.act, &sp.logits, &sp.meta})
           key.buffers.push_back(b->ptr);
         key.buffers.push_back(sp.h_meta.ptr);
-        streams.push_back(ranks_[ri]->stream);
-        devs.push_back(ranks_[ri]->dev);
         for (uint32_t k = 0; k < R; ++k) key.buffers.push_back(logits_receiver(*owner[row_owner[k]], *ranks_[ri]));
       }
       try {
-        g = batch_graphs_.get(key, weight_ids(w), streams, devs, enqueue_pass);
+        g = batch_graphs_.get(key, weight_ids(w), streams_, devs_, enqueue_pass);
       } catch (const Error&) {
         if (!ranks_[0]->comm) throw;
         batch_graphs_.disable();
@@ -1015,6 +1010,8 @@ class CudaBackend final : public Backend {
   int32_t qkv_ld_ = 0;
   bool poison_ = false;  // test aid: NaN-fill scratch, logits and the KV slots a chunk is about to write
   std::vector<std::unique_ptr<Rank>> ranks_;  // one per device
+  std::vector<cudaStream_t> streams_;         // the ranks' streams and devices, in rank order (graph captures)
+  std::vector<int> devs_;
   const NcclLib* nccl_ = nullptr;             // the library the communicators came from (kept for the process)
   PinnedBuffer h_logits_;                     // the whole vocabulary
   bool logits_fresh_ = false;

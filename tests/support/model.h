@@ -71,6 +71,26 @@ struct ModelSpec {
   float rope_theta = 1e6f;
 };
 
+// The layer shapes of Qwen3-0.6B, two layers, its real vocabulary with a
+// tied Q8_0 embedding, and a cache for chunks of 4096 (the GPU tests).
+inline ModelSpec qwen3_06b_layers(int32_t wtype, uint64_t seed) {
+  ModelSpec s;
+  s.n_layers = 2;
+  s.hidden = 1024;
+  s.ffn = 3072;
+  s.n_heads = 16;
+  s.n_kv_heads = 8;
+  s.head_dim = 128;
+  s.vocab = 151936;
+  s.max_seq = 4096 + 64;
+  s.qwen3 = true;
+  s.wtype = wtype;
+  s.embd_type = QSP_DTYPE_Q8_0;
+  s.tied = true;
+  s.seed = seed;
+  return s;
+}
+
 inline HostTensor make_tensor(std::mt19937_64& rng, uint64_t handle, int32_t dtype, uint64_t rows, uint64_t cols,
                               float mean, float stddev) {
   HostTensor t;
