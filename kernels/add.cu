@@ -1,6 +1,6 @@
 // dst += src over n floats: the sum of the shards' residual streams when the
 // ranks of a split context share one GPU (the CUDA backend's
-// QSP_TP_LOCAL_RANKS test mode, src/cuda/cuda_backend.cu: its stand-in for
+// QSP_TP_LOCAL_RANKS test mode, src/cuda/cuda_pass.cu: its stand-in for
 // the NCCL all-reduce, adding the ranks' copies in rank order). Memory
 // bound: float4 where the pointers allow, one element per thread otherwise.
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
-// A context's CUDA graphs, one per repeated shape of work (src/cuda/cuda_backend.cu
-// is the one user): chunks of one context (ChunkGraphs) and batched passes
+// A context's CUDA graphs, one per repeated shape of work (src/cuda/cuda_pass.cu
+// and cuda_batch.cu use them): chunks of one context (ChunkGraphs) and batched passes
 // over several (BatchGraphs). No launch's grid depends on the position (the
 // kernels read it from device memory, copied in from pinned host memory by
 // the graph's first node), so a shape captured once replays at every
@@ -24,7 +24,7 @@
 #include "cuda/cuda_util.h"
 
 namespace qsp {
-namespace {
+namespace cuda_impl {
 
 // Key: equality comparable, and `bool eager_capture() const` (capture at the
 // first use).
@@ -195,5 +195,5 @@ struct BatchKey {
 };
 using BatchGraphs = GraphCache<BatchKey>;
 
-}  // namespace
+}  // namespace cuda_impl
 }  // namespace qsp

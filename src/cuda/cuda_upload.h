@@ -1,5 +1,5 @@
-// The CUDA backend's weight upload through pinned staging (src/cuda/cuda_backend.cu
-// is its one user): a matrix is repacked into the kernels' layout piece by
+// The CUDA backend's weight upload through pinned staging (used by
+// src/cuda/cuda_backend.cu): a matrix is repacked into the kernels' layout piece by
 // piece on all cores (kern::repack_weight_tiles), into a few pinned slots
 // shared by the contexts of a device, each piece's asynchronous copy
 // overlapping the next piece's repack.
@@ -23,14 +23,14 @@
 #include "kernels/kernels.h"
 
 namespace qsp {
-namespace {
+namespace cuda_impl {
 
 // Weight upload: pinned staging slots a matrix is repacked into, piece by
 // piece, on all cores, each piece copied while the next is repacked.
 constexpr int kStagingSlots = 3;
 constexpr size_t kStagingSlotBytes = size_t(16) << 20;
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -68,7 +68,7 @@ struct UploadStaging {
 
 // Device dev's staging (the current device), made if need be; nullptr when
 // threads or pinned memory are refused (the caller uploads unstaged).
-std::shared_ptr<UploadStaging> upload_staging(int dev) {
+inline std::shared_ptr<UploadStaging> upload_staging(int dev) {
   static std::mutex mu;
   static std::vector<std::weak_ptr<UploadStaging>> stagings;
   std::lock_guard<std::mutex> lock(mu);
@@ -112,8 +112,8 @@ struct UploadStats {
 // completed (its event). Pieces shrink towards the end of the matrix so
 // the last copy, the only one nothing overlaps, is short. False, having
 // done nothing, when a tile does not fit a slot.
-bool staged_upload(UploadStaging& st, cudaStream_t stream, const TensorMeta& m, const void* data, kern::WFormat f,
-                   uint8_t* dst, UploadStats& stats) {
+inline bool staged_upload(UploadStaging& st, cudaStream_t stream, const TensorMeta& m, const void* data,
+                          kern::WFormat f, uint8_t* dst, UploadStats& stats) {
   const int64_t rows = int64_t(m.rows), cols = int64_t(m.cols), nt = kern::dweight_tile_count(rows);
   const kern::TileSpan first = kern::dweight_tiles(f, rows, cols, 0, 1);
   const size_t per_tile = first.units_bytes + first.side_bytes;
@@ -170,7 +170,7 @@ bool staged_upload(UploadStaging& st, cudaStream_t stream, const TensorMeta& m, 
 
 // The account of a backend's uploads (bench/bench_upload prints it), once,
 // when the backend goes: QSP_LOG_DEBUG to the process-wide sink.
-void log_upload(const UploadStats& u, int threads) noexcept {
+inline void log_upload(const UploadStats& u, int threads) noexcept {
   if (!u.tensors) return;
   try {
     log_global(QSP_LOG_DEBUG,
@@ -186,5 +186,5 @@ void log_upload(const UploadStats& u, int threads) noexcept {
   }
 }
 
-}  // namespace
+}  // namespace cuda_impl
 }  // namespace qsp

@@ -1,5 +1,5 @@
-// The CUDA backend's host-side building blocks (src/cuda/cuda_backend.cu is
-// their one user): CUDA errors as qsp::Error, device and pinned buffers that
+// The CUDA backend's host-side building blocks (src/cuda/cuda_backend.h and
+// its three files): CUDA errors as qsp::Error, device and pinned buffers that
 // free themselves (with the test-only device-memory cap), a weight tensor in
 // the kernels' layout, and the per-device workspace of batched passes.
 #pragma once
@@ -17,9 +17,9 @@
 #include "kernels/kernels.h"
 
 namespace qsp {
-namespace {
+namespace cuda_impl {
 
-[[noreturn]] void throw_cuda(cudaError_t e, const char* what) {
+[[noreturn]] inline void throw_cuda(cudaError_t e, const char* what) {
   cudaGetLastError();  // clear a non-sticky error so the context stays usable
   if (e == cudaErrorMemoryAllocation)
     throw Error(QSP_ERR_DEVICE_OUT_OF_MEMORY, strprintf("out of device memory: %s", what));
@@ -36,9 +36,9 @@ namespace {
 // the CUDA backend holds at once (weights, KV caches, scratch, all contexts),
 // so "out of device memory" at any allocation can be provoked on a big GPU.
 // Read at every allocation, so a test can lower and raise it between calls.
-std::atomic<uint64_t> g_device_bytes{0};
+inline std::atomic<uint64_t> g_device_bytes{0};
 
-bool over_cap(size_t n) {
+inline bool over_cap(size_t n) {
   const char* cap = std::getenv("QSP_DEVICE_MEMORY_LIMIT");
   if (!cap || !*cap) return false;
   return g_device_bytes.load() + n > std::strtoull(cap, nullptr, 10);
@@ -136,11 +136,11 @@ class CudaTensor : public Tensor {
   std::unique_ptr<Piece[]> pieces_;
 };
 
-const CudaTensor& cu(const TensorRef& t) { return static_cast<const CudaTensor&>(*t); }
+inline const CudaTensor& cu(const TensorRef& t) { return static_cast<const CudaTensor&>(*t); }
 // Shard s's weight of a matrix slot (the whole matrix for an unsplit one).
-const kern::DWeight& W(const TensorRef& t, uint32_t s = 0) { return cu(t).shard(s).w; }
+inline const kern::DWeight& W(const TensorRef& t, uint32_t s = 0) { return cu(t).shard(s).w; }
 // Shard s's copy of a norm vector (nullptr for a slot the model lacks).
-const float* V(const TensorRef& t, uint32_t s = 0) { return t ? cu(t).shard(s).vec : nullptr; }
+inline const float* V(const TensorRef& t, uint32_t s = 0) { return t ? cu(t).shard(s).vec : nullptr; }
 
 // The activations and metadata of batched passes (qsp_prefill_batch), one set
 // per device, shared by every context that leads a batch there: a server may
@@ -169,7 +169,7 @@ struct BatchSpace {
   size_t h_meta_bytes = 0;
 };
 
-std::shared_ptr<BatchSpace> batch_space(int dev) {
+inline std::shared_ptr<BatchSpace> batch_space(int dev) {
   static std::mutex mu;
   static std::vector<std::weak_ptr<BatchSpace>> spaces;
   std::lock_guard<std::mutex> lock(mu);
@@ -182,5 +182,5 @@ std::shared_ptr<BatchSpace> batch_space(int dev) {
   return sp;
 }
 
-}  // namespace
+}  // namespace cuda_impl
 }  // namespace qsp

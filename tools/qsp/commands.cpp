@@ -254,7 +254,7 @@ SplitMemory split_memory(const qsp_gguf* g, const qsp_gguf_info& i, uint32_t n) 
   }
   for (uint32_t s = 0; s < n; ++s) {
     r.weights[s] += r.replicated;
-    // Keys and values of its KV heads, 1024 positions, fp16 (src/cuda/cuda_backend.cu's k_cache_ / v_cache_).
+    // Keys and values of its KV heads, 1024 positions, fp16 (the CUDA backend's per-rank k_cache / v_cache).
     r.kv_per_1k.push_back(2ull * i.n_layers * share(i.n_kv_heads, s) * i.head_dim * 1024 * 2);
   }
   return r;
