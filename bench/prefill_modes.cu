@@ -41,11 +41,11 @@ std::vector<Group> parse_batch(const std::string& spec) {
   return g;
 }
 
+}  // namespace
+
 // One batch step against the same pieces through qsp_prefill, one context at
 // a time (each call waits for its result, as a caller of qsp_prefill does),
 // both from the same cache state; medians of `reps` after a warm-up.
-}  // namespace
-
 void bench_batch(const Shape& s, const BenchType& bt, const std::string& spec, int reps,
                  std::vector<std::string>& table) {
   const std::vector<Group> groups = parse_batch(spec);
