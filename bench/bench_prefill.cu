@@ -17,6 +17,10 @@
 //                      model of each file, its own weights, as `qsp bench` runs it)
 //                      [--tp N,...]         (tensor parallelism: the model split N
 //                      ways, a shard per GPU 0..N-1; "Ns": N shards in turn on
+//                      GPU 0; each against the first entry, e.g. --tp 1,2,4)
+//                      [--profile-range]    (the first timed call of each row inside
+//                      cudaProfilerStart / Stop, for scripts/gpu-profile)
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -118,12 +122,19 @@ double time_qsp(qsp_context* ctx, uint32_t n, uint32_t past, int reps, const std
   for (int r = 0; r < reps + 1; ++r) {
     QSP_QK(qsp_kv_truncate(ctx, 0));
     if (past) QSP_QK(qsp_prefill(ctx, tokens.data(), past));
+    if (r == 1) profile_range(true);
     const double t0 = now_ms();
     QSP_QK(qsp_prefill(ctx, tokens.data() + past, n));
     const double dt = now_ms() - t0;
+    if (r == 1) profile_range(false);
     if (r) t.push_back(dt);  // the first run warms up (and captures the decode graph)
   }
   return median(t);
+}
+
+void profile_range(bool start) {
+  if (!g_profile_range) return;
+  QSP_CK(start ? cudaProfilerStart() : cudaProfilerStop());
 }
 
 }  // namespace bench
@@ -240,8 +251,9 @@ int main(int argc, char** argv) {
     else if (a == "--gguf" && i + 1 < argc) files = split_commas(argv[++i]);
     else if (a == "--batch" && i + 1 < argc) batches = split_commas(argv[++i]);
     else if (a == "--tp" && i + 1 < argc) tp = split_commas(argv[++i]);
+    else if (a == "--profile-range") g_profile_range = true;
     else {
-      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--reps N] [--no-baseline] [--batch 32x128,64x1@512,4x512+60x1@512] [--gguf FILE,...] [--tp 1,2,4,2s]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--reps N] [--no-baseline] [--batch 32x128,64x1@512,4x512+60x1@512] [--gguf FILE,...] [--tp 1,2,4,2s] [--profile-range]\n", argv[0]);
       return 2;
     }
   }

@@ -50,6 +50,13 @@ inline double median(std::vector<double> v) {
 
 inline int reps_for(uint32_t n, int reps) { return n >= 4096 ? std::max(3, reps / 3) : reps; }
 
+// --profile-range: the first timed call of each measurement runs inside
+// cudaProfilerStart / Stop, so that `ncu --profile-from-start off` sees that
+// call's kernels only (a replayed graph's too), not the set-up's or the
+// warm-up's (scripts/gpu-profile).
+inline bool g_profile_range = false;
+void profile_range(bool start);
+
 // A CUDA context of shape s, its weights of type bt generated and uploaded
 // (generate = false: a second context of the same model, every handle
 // already in the weight cache). n_devices / device_mask: qsp_context_params'
