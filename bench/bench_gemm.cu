@@ -14,7 +14,8 @@
 // Columns: TFLOPS = 2*M*N*K / time; W GB/s = weight bytes / time (the
 // figure of merit of the small-M GEMV); err = ||ours - cuBLAS|| / ||cuBLAS||
 // on the same dequantized weights. For M <= 16 a second line times both
-// GEMVs forced (registers, bulk copies); for M > 16, both GEMM families.
+// GEMVs forced (registers, bulk copies); for M > 16, both GEMM families and
+// the wgmma GEMM's overlapped decode (kWgmmaOverlap).
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -317,10 +318,13 @@ int run(int argc, char** argv) {
                       nk, M, fname, g0, g1, g0 > 0 ? g1 / g0 : 0.0);
         }
         if (M > 16 && f != WFormat::kF16) {
-          // Each kernel family forced (the row above is gemm()'s own pick).
-          const double t0 = forced_ms(qsp::kern::GemmPath::kMma), t1 = forced_ms(qsp::kern::GemmPath::kWgmma);
-          std::printf("%-10s %-12s %5d %-5s   paths: mma.sync %6.1f TFLOPS, wgmma %6.1f TFLOPS\n", sh.what, nk, M,
-                      fname, t0 > 0 ? flop / t0 * 1e-9 : 0.0, t1 > 0 ? flop / t1 * 1e-9 : 0.0);
+          // Each kernel family forced (the row above is gemm()'s own pick),
+          // and the wgmma GEMM with the overlapped decode (same plan).
+          const double t0 = forced_ms(qsp::kern::GemmPath::kMma), t1 = forced_ms(qsp::kern::GemmPath::kWgmma),
+                       t2 = forced_ms(qsp::kern::GemmPath::kWgmmaOverlap);
+          const auto tf = [&](double t) { return t > 0 ? flop / t * 1e-9 : 0.0; };
+          std::printf("%-10s %-12s %5d %-5s   paths: mma.sync %6.1f TFLOPS, wgmma %6.1f, wgmma overlapped %6.1f (%.2fx)\n",
+                      sh.what, nk, M, fname, tf(t0), tf(t1), tf(t2), t1 > 0 && t2 > 0 ? t1 / t2 : 0.0);
         }
         if (sweep && M > 16 && f != WFormat::kF16) {
           // Every wgmma token tile x K split forced, TFLOPS (- where it cannot run).

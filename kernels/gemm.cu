@@ -40,7 +40,7 @@ size_t scales_offset(WFormat f, int64_t rows, int64_t cols) {
   return dispatch_format(f, size_t(0), [&](auto t) { return decltype(t)::T::scales_offset(rows, cols); });
 }
 
-cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks, cudaStream_t stream) {
+cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks, bool overlap, cudaStream_t stream) {
   wgmma::Args a;
   a.x = k.x;
   a.ldx = k.ldx;
@@ -53,7 +53,7 @@ cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks,
   a.grp = k.grp;
   a.o = k.o;
   a.chunks_per_split = k.KC;
-  return wgmma::run(a, f, ep, bt, ks, stream);
+  return wgmma::run(a, f, ep, bt, ks, overlap, stream);
 }
 
 // Blocks per wave of the wgmma kernel's split-K clusters (wave[0]: no split).
@@ -96,12 +96,24 @@ bool gemv_bulk_default() {
   return on;
 }
 
+// Whether kAuto's wgmma GEMM decodes the next chunk while the current one's
+// wgmmas run (kernels/gemm_wgmma.cu): $QSP_WGMMA_OVERLAP=1 (read once per
+// process; off until measured faster on the H200).
+bool wgmma_overlap_default() {
+  static const bool on = [] {
+    const char* v = std::getenv("QSP_WGMMA_OVERLAP");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 // The kernel for this shape, format and device (see the top of the file).
 cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_tile, int wg_splits,
                 cudaStream_t stream) {
   const int M = a.o.M;
   const bool wgmma_format = dispatch_format(f, false, [](auto t) { return decltype(t)::T::kWgmma; });
-  if (path == GemmPath::kWgmma && (!wgmma_format || M <= 16)) return cudaErrorNotSupported;
+  const bool forced_wg = path == GemmPath::kWgmma || path == GemmPath::kWgmmaOverlap;
+  if (forced_wg && (!wgmma_format || M <= 16)) return cudaErrorNotSupported;
   if ((path == GemmPath::kGemv || path == GemmPath::kGemvBulk) && M > 16) return cudaErrorNotSupported;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
@@ -115,7 +127,7 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
   const bool dual = ep == Epilogue::kSwiGLU;
   const int sms = std::max(1, sm_count(dev));
   const bool wg_ok = wgmma_format && path != GemmPath::kMma && wgmma::available(dev);
-  if (path == GemmPath::kWgmma && !wg_ok) return cudaErrorNotSupported;
+  if (forced_wg && !wg_ok) return cudaErrorNotSupported;
   int wave[4] = {sms, sms, sms, sms};
   if (wg_ok) cluster_waves(dev, sms, wave);
   const AutoPlan best = plan_auto(M, a, f, dual, wg_ok, sms, wave);
@@ -142,8 +154,10 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
       }
     }
   }
-  if (path == GemmPath::kWgmma || (path == GemmPath::kAuto && best.wgmma)) {
-    return launch_wgmma(a, f, ep, wg_tile ? wg_tile : best.wg.bt, wg_splits ? wg_splits : best.wg.ks, stream);
+  if (forced_wg || (path == GemmPath::kAuto && best.wgmma)) {
+    const bool overlap = path == GemmPath::kWgmmaOverlap || (path == GemmPath::kAuto && wgmma_overlap_default());
+    return launch_wgmma(a, f, ep, wg_tile ? wg_tile : best.wg.bt, wg_splits ? wg_splits : best.wg.ks, overlap,
+                        stream);
   }
   return launch_mma(a, f, ep, best.mma.large, best.mma.ks, dev, stream);
 }
@@ -202,9 +216,10 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   if (g.ldx < K || g.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0) return cudaErrorInvalidValue;
   if (g.ldo < N) return cudaErrorInvalidValue;
   if (g.path != GemmPath::kAuto && g.path != GemmPath::kMma && g.path != GemmPath::kWgmma &&
-      g.path != GemmPath::kGemv && g.path != GemmPath::kGemvBulk)
+      g.path != GemmPath::kGemv && g.path != GemmPath::kGemvBulk && g.path != GemmPath::kWgmmaOverlap)
     return cudaErrorInvalidValue;
-  if ((g.wg_tile != 0 || g.wg_splits != 0) && g.path != GemmPath::kWgmma) return cudaErrorInvalidValue;
+  if ((g.wg_tile != 0 || g.wg_splits != 0) && g.path != GemmPath::kWgmma && g.path != GemmPath::kWgmmaOverlap)
+    return cudaErrorInvalidValue;
   if (g.wg_tile != 0 && g.wg_tile != wgmma::kTokTileLarge && g.wg_tile != wgmma::kTokTileSmall) {
     return cudaErrorInvalidValue;
   }

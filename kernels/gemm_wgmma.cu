@@ -34,6 +34,14 @@
 // tile through distributed shared memory and stores them. The producer
 // warpgroup stays alive for the cluster barriers. A separate instantiation:
 // the split code in the one kernel cost the unsplit path ~5-15% at M = 2048.
+//
+// Overlapped decode (kOverlap; kAuto takes it with $QSP_WGMMA_OVERLAP=1, not yet measured):
+// a consumer warp decodes chunk kt + 1's A fragments into a second register
+// set while chunk kt's wgmmas run, instead of waiting for them first, so that
+// a format whose decode costs more than its four wgmmas (the K-quants) keeps
+// the tensor cores busy from one warpgroup alone. The loop is unrolled by two
+// so that each register set has fixed registers (ptxas serializes the wgmmas
+// when a register an in-flight group reads is redefined: C7513).
 #include <algorithm>
 
 #include "kernels/formats/formats.cuh"
@@ -78,7 +86,7 @@ struct Layout {
 };
 
 // ---- The kernel ------------------------------------------------------------------------------
-template <WFormat F, int BT, Epilogue EP, bool kSplit>
+template <WFormat F, int BT, Epilogue EP, bool kSplit, bool kOverlap = false>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   pdl_wait();  // kernels/pdl.h
@@ -160,13 +168,16 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
   float acc[BT / 2];
 #pragma unroll
   for (int i = 0; i < BT / 2; ++i) acc[i] = 0.0f;
-  for (int kt = 0; kt < nk; ++kt) {
+  // Chunk kt's slot: its A fragments decoded into A (waits for the slot to land).
+  auto decode = [&](int kt, uint32_t(&A)[4][4]) {
     const int slot = kt % kS;
     mbar_wait(full0 + 8 * slot, (kt / kS) & 1);
     const uint32_t st = base + slot * L::kStage;
-    uint32_t A[4][4];
-    WTraits<F>::wg_frags(st + L::kXBytes + v * L::kUnit, st + L::kXBytes + L::kQBytes + v * L::kSUnit,
-                         lane, A);
+    WTraits<F>::wg_frags(st + L::kXBytes + v * L::kUnit, st + L::kXBytes + L::kQBytes + v * L::kSUnit, lane, A);
+  };
+  // Chunk kt's four wgmmas on A, committed as one group (not waited for).
+  auto issue = [&](int kt, uint32_t(&A)[4][4]) {
+    const uint32_t st = base + (kt % kS) * L::kStage;
     uint64_t desc[4];
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
@@ -179,10 +190,10 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
 #pragma unroll
     for (int s = 0; s < 4; ++s) Mma<BT>::run(acc, A[s], desc[s]);
     wgmma_commit();
-    // Waiting for this stage's group before decoding the next one keeps
-    // ptxas from serializing the wgmmas (C7513: registers defined while a
-    // group is in flight); the other warpgroup's group covers the gap.
-    wgmma_wait<0>();
+  };
+  // Every lane's reads of chunk kt's slot (wg_frags) done: hand it back.
+  auto release = [&](int kt) {
+    const int slot = kt % kS;
     // Every lane's reads of the slot (wg_frags) before lane 0 hands it back
     // (bar.warp.sync orders them before lane 0's release-arrive). racecheck
     // does not follow that chain and reports WAR hazards between lanes 1..31's
@@ -196,6 +207,35 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
     __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * slot);
 #endif
+  };
+  if constexpr (!kOverlap) {
+    for (int kt = 0; kt < nk; ++kt) {
+      uint32_t A[4][4];
+      decode(kt, A);
+      issue(kt, A);
+      // Waiting for this stage's group before decoding the next one keeps
+      // ptxas from serializing the wgmmas (C7513: registers defined while a
+      // group is in flight); the other warpgroup's group covers the gap.
+      wgmma_wait<0>();
+      release(kt);
+    }
+  } else {
+    // Two register sets, P and Q: chunk kt's wgmmas read one while chunk
+    // kt + 1 is decoded into the other; a slot is released once its group
+    // is done (the wgmmas read its X tile).
+    uint32_t P[4][4], Q[4][4];
+    if (nk > 0) decode(0, P);
+    for (int kt = 0; kt < nk; kt += 2) {
+      issue(kt, P);
+      if (kt + 1 < nk) decode(kt + 1, Q);
+      wgmma_wait<0>();
+      release(kt);
+      if (kt + 1 >= nk) break;
+      issue(kt + 1, Q);
+      if (kt + 2 < nk) decode(kt + 2, P);
+      wgmma_wait<0>();
+      release(kt + 1);
+    }
   }
 #pragma unroll
   for (int i = 0; i < BT / 2; ++i) fence_reg(acc[i]);
@@ -248,10 +288,10 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
 }
 
 // ---- Host side ------------------------------------------------------------------------------
-template <WFormat F, int BT, Epilogue EP, bool kSplit>
+template <WFormat F, int BT, Epilogue EP, bool kSplit, bool kOverlap>
 cudaError_t launch_one(const Args& a, const CUtensorMap& map, dim3 grid, cudaStream_t stream) {
   using L = Layout<F, BT>;
-  auto kernel = wgmma_kernel<F, BT, EP, kSplit>;
+  auto kernel = wgmma_kernel<F, BT, EP, kSplit, kOverlap>;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
@@ -265,7 +305,7 @@ cudaError_t launch_one(const Args& a, const CUtensorMap& map, dim3 grid, cudaStr
   return cudaLaunchKernelEx(&cl.cfg, kernel, map, a);
 }
 
-template <WFormat F, int BT, Epilogue EP>
+template <WFormat F, int BT, Epilogue EP, bool kOverlap>
 cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   CUtensorMap map;
   if (!sm90::encode_f16_2d(&map, a.x, uint64_t(a.K), uint64_t(a.o.M), uint64_t(a.ldx) * 2, BT)) {
@@ -278,14 +318,14 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   args.chunks_per_split = a.KC;
   if (splits > 1) {
     args.chunks_per_split = (a.KC + splits - 1) / splits;
-    const cudaError_t e = launch_one<F, BT, EP, true>(args, map, dim3(grid.x, grid.y, splits), stream);
+    const cudaError_t e = launch_one<F, BT, EP, true, kOverlap>(args, map, dim3(grid.x, grid.y, splits), stream);
     if (e == cudaSuccess) return cudaGetLastError();
     // A cluster that cannot be scheduled is a launch-configuration error (not
     // sticky): run unsplit rather than fail the forward pass.
     (void)cudaGetLastError();
     args.chunks_per_split = a.KC;
   }
-  return launch_one<F, BT, EP, false>(args, map, grid, stream);
+  return launch_one<F, BT, EP, false, kOverlap>(args, map, grid, stream);
 }
 
 }  // namespace
@@ -323,7 +363,8 @@ int cluster_wave(int dev, int ks) {
 #endif
 }
 
-cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, cudaStream_t stream) {
+cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, bool overlap,
+                cudaStream_t stream) {
 #if defined(QSP_WGMMA)
   if (tok_tile != kTokTileLarge && tok_tile != kTokTileSmall) return cudaErrorInvalidValue;
   if (splits != 1 && splits != 2 && splits != 4 && splits != 8) return cudaErrorInvalidValue;
@@ -336,12 +377,16 @@ cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int split
       constexpr WFormat F = decltype(f)::kFormat;
       return dispatch_epilogue(ep, [&](auto e) {
         constexpr Epilogue EP = decltype(e)::value;
-        return large ? launch<F, kTokTileLarge, EP>(a, splits, stream) : launch<F, kTokTileSmall, EP>(a, splits, stream);
+        if (overlap)
+          return large ? launch<F, kTokTileLarge, EP, true>(a, splits, stream)
+                       : launch<F, kTokTileSmall, EP, true>(a, splits, stream);
+        return large ? launch<F, kTokTileLarge, EP, false>(a, splits, stream)
+                     : launch<F, kTokTileSmall, EP, false>(a, splits, stream);
       });
     }
   });
 #else
-  (void)a, (void)fmt, (void)ep, (void)tok_tile, (void)splits, (void)stream;
+  (void)a, (void)fmt, (void)ep, (void)tok_tile, (void)splits, (void)overlap, (void)stream;
   return cudaErrorNotSupported;
 #endif
 }

@@ -45,8 +45,10 @@ int cluster_wave(int dev, int ks);
 // Launches Y = X W^T with epilogue ep; fmt is a format with kWgmma
 // (cudaErrorNotSupported otherwise). tok_tile: one of the token tiles;
 // splits: 1, 2, 4 or 8 clustered K splits (a cluster that cannot be
-// scheduled runs unsplit).
-cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, cudaStream_t stream);
+// scheduled runs unsplit); overlap: the overlapped-decode kernels
+// (kernels/gemm_wgmma.cu).
+cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, bool overlap,
+                cudaStream_t stream);
 
 }  // namespace wgmma
 }  // namespace kern

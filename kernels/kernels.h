@@ -102,8 +102,9 @@ enum class Epilogue : int32_t {
 // M <= 16, which always takes a GEMV). For M <= 16: kGemv is the register
 // GEMV (kAuto's choice unless $QSP_GEMV_BULK=1), kGemvBulk the sm_90
 // bulk-copy GEMV (cudaErrorNotSupported where it cannot run: no sm_90a image,
-// fp16 weights, M > 16).
-enum class GemmPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kGemv = 3, kGemvBulk = 4 };
+// fp16 weights, M > 16). kWgmmaOverlap is kWgmma with the overlapped decode
+// (kernels/gemm_wgmma.cu; kAuto's wgmma uses it only with $QSP_WGMMA_OVERLAP=1).
+enum class GemmPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kGemv = 3, kGemvBulk = 4, kWgmmaOverlap = 5 };
 
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
@@ -123,7 +124,7 @@ struct GemmArgs {
   GemmPath path = GemmPath::kAuto;
   // Tests and benchmarks: the wgmma kernel's token tile (128, 256) and
   // K splits (1, 2, 4, 8) instead of the plan's; 0 = the plan's. Only with
-  // path == kWgmma.
+  // path == kWgmma or kWgmmaOverlap.
   int32_t wg_tile = 0;
   int32_t wg_splits = 0;
 };
