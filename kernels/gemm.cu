@@ -119,7 +119,8 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   if (M <= 16) {
-    const bool bulk = path == GemmPath::kGemvBulk || (path == GemmPath::kAuto && gemv_bulk_default());
+    // The fused RMSNorm (a.xf) is the register GEMV's alone.
+    const bool bulk = !a.xf && (path == GemmPath::kGemvBulk || (path == GemmPath::kAuto && gemv_bulk_default()));
     if (bulk && gemv_bulk::supports(f) && gemv_bulk::available(dev)) return gemv_bulk::run(a, f, ep, stream);
     if (path == GemmPath::kGemvBulk) return cudaErrorNotSupported;
     return launch_gemv(a, f, ep, stream);
@@ -194,7 +195,17 @@ bool gemm_supported(WFormat fmt, int64_t rows, int64_t cols, const char** why) {
 cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   const int64_t K = g.w.cols;
   const bool dual = g.ep == Epilogue::kSwiGLU;
-  if (!gemm_supported(g.w.fmt, g.w.rows, K, nullptr) || g.w.data == nullptr || g.x == nullptr || g.M < 1) {
+  const bool norm = g.norm_x != nullptr;
+  if (!gemm_supported(g.w.fmt, g.w.rows, K, nullptr) || g.w.data == nullptr || (!norm && g.x == nullptr) || g.M < 1) {
+    return cudaErrorInvalidValue;
+  }
+  // The fused RMSNorm: the register GEMV (M <= 16) before Q | K | V, gate / up
+  // or the LM head; fp32 rows (16-byte aligned, ldx % 4 == 0), 8-byte aligned
+  // norm weights.
+  if (norm && (g.M > 16 || g.norm_w == nullptr || !(g.norm_eps >= 0.0f) || g.ldx % 4 != 0 ||
+               reinterpret_cast<uintptr_t>(g.norm_x) % 16 != 0 || reinterpret_cast<uintptr_t>(g.norm_w) % 8 != 0 ||
+               (g.ep != Epilogue::kStoreF32 && !dual) ||
+               (g.path != GemmPath::kAuto && g.path != GemmPath::kGemv))) {
     return cudaErrorInvalidValue;
   }
   // Row groups: w, then wcat[0], wcat[1] where present (in that order).
@@ -213,7 +224,9 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   for (int i = 0; i < n_parts; ++i) N += parts[i]->rows;
   if (N > (int64_t(1) << 30)) return cudaErrorInvalidValue;
   // 16-byte activation loads: x and ldx aligned to 8 fp16.
-  if (g.ldx < K || g.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0) return cudaErrorInvalidValue;
+  if (g.ldx < K || (!norm && (g.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0))) {
+    return cudaErrorInvalidValue;
+  }
   if (g.ldo < N) return cudaErrorInvalidValue;
   if (g.path != GemmPath::kAuto && g.path != GemmPath::kMma && g.path != GemmPath::kWgmma &&
       g.path != GemmPath::kGemv && g.path != GemmPath::kGemvBulk && g.path != GemmPath::kWgmmaOverlap)
@@ -257,6 +270,9 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     }
   }
   a.chunks_per_split = a.KC;
+  a.xf = g.norm_x;
+  a.nw = g.norm_w;
+  a.eps = g.norm_eps;
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;
   a.o.ldo = g.ldo;

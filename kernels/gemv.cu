@@ -4,6 +4,12 @@
 // (global -> raw words -> fragments) is the format's WTraits; the arithmetic
 // per chunk is kernels/gemv_chunk.cuh, shared with the sm_90 bulk-copy GEMV
 // (kernels/gemv_bulk.cu).
+//
+// With kNorm the block first computes the RMSNorm scale of its M fp32
+// activation rows (every block the same few KB from L2) and normalizes them
+// as it loads them: the decode step's two rmsnorm launches per layer and the
+// final one fold into the GEMVs after them (opt-in in the CUDA backend,
+// QSP_FUSE_NORM=1, until measured).
 #include <algorithm>
 
 #include "kernels/formats/formats.cuh"
@@ -22,14 +28,16 @@ constexpr int kGemvMaxWarps = gemv::kMaxWarps;
 // grid = (tiles); block = 32 * kw threads, kw <= kGemvMaxWarps warps that
 // split the K chunks round-robin (warp w: chunks w, w + kw, ...).
 template <WFormat F,
-          int MT,  // m8 token tiles: 1 (M <= 8) or 2 (M <= 16)
-          int U,   // chunks a warp has in flight per round (loads issued before any use)
-          Epilogue EP>
+          int MT,      // m8 token tiles: 1 (M <= 8) or 2 (M <= 16)
+          int U,       // chunks a warp has in flight per round (loads issued before any use)
+          Epilogue EP,
+          bool kNorm>  // the RMSNorm fused into the activation load (KArgs::xf)
 __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kernel(const KArgs a) {
   using T = WTraits<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int NM = kDual ? 2 : 1;  // weight matrices
   __shared__ float red[kGemvMaxWarps][NM][MT * 8][gemv::kRedLd];
+  __shared__ float norm_part[kNorm ? kGemvMaxWarps : 1][16], norm_inv[kNorm ? 16 : 1];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -67,11 +75,17 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
     if (c0 == warp) {
       pdl_wait();
       pdl_launch_dependents();
+      // Every warp is here once (kw <= KC / U: each has a first round).
+      if constexpr (kNorm) gemv::norm_scales(a, norm_part, norm_inv);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * kw;
-      gemv::load_x<MT>(xb[u], a, c, c < a.KC, g, t);
+      if constexpr (kNorm) {
+        gemv::load_x_norm<MT>(xb[u], a, norm_inv, c, c < a.KC, g, t);
+      } else {
+        gemv::load_x<MT>(xb[u], a, c, c < a.KC, g, t);
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -109,8 +123,15 @@ cudaError_t launch_mt(const KArgs& a, cudaStream_t stream) {
   constexpr int U = gemv_unroll<F>(MT, EP == Epilogue::kSwiGLU);
   // Enough warps to cover K with U chunks each, at most kGemvMaxWarps.
   const int kw = std::max(1, std::min(kGemvMaxWarps, a.KC / U));
-  return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)), 0,
-                    stream, a);
+  const dim3 grid(unsigned(a.tiles)), block(unsigned(kw * 32));
+  // The fused norm feeds Q | K | V (kStoreF32), gate / up (kSwiGLU) and the
+  // LM head (kStoreF32): only those are built with it.
+  if constexpr (EP == Epilogue::kStoreF32 || EP == Epilogue::kSwiGLU) {
+    if (a.xf) return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP, true>, grid, block, 0, stream, a);
+  } else {
+    if (a.xf) return cudaErrorInvalidValue;
+  }
+  return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP, false>, grid, block, 0, stream, a);
 }
 
 }  // namespace

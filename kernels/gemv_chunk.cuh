@@ -74,6 +74,67 @@ __device__ __forceinline__ void load_x(uint32_t (&xb)[MT][4][2], const KArgs& a,
   }
 }
 
+// The RMSNorm fused into the GEMV (KArgs::xf): inv[m] = 1 / sqrt(mean_k
+// (xf[m][k]^2) + eps) for the M rows, every thread of the block striding
+// over each row (float4 loads), warp sums through part ([kMaxWarps][16]).
+// Called by every thread of the block, after pdl_wait (xf is the previous
+// kernel's output); ends with a barrier.
+__device__ __forceinline__ void norm_scales(const KArgs& a, float (*part)[16], float* inv) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
+  const int n4 = a.K / 4;
+  for (int m = 0; m < a.o.M; ++m) {
+    const float4* xr = reinterpret_cast<const float4*>(a.xf + size_t(m) * size_t(a.ldx));
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+      const float4 v = xr[i];
+      ss = fmaf(v.x, v.x, ss);
+      ss = fmaf(v.y, v.y, ss);
+      ss = fmaf(v.z, v.z, ss);
+      ss = fmaf(v.w, v.w, ss);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0) part[warp][m] = ss;
+  }
+  __syncthreads();
+  if (int(threadIdx.x) < a.o.M) {
+    float s = 0.0f;
+    for (int w = 0; w < kw; ++w) s += part[w][threadIdx.x];
+    inv[threadIdx.x] = 1.0f / sqrtf(s / float(a.K) + a.eps);
+  }
+  __syncthreads();
+}
+
+// load_x's fragments from the fused RMSNorm's fp32 rows: each value
+// half(xf * inv[m] * nw), in rmsnorm_f16's order of operations.
+template <int MT>
+__device__ __forceinline__ void load_x_norm(uint32_t (&xb)[MT][4][2], const KArgs& a, const float* inv, int c,
+                                            bool ok, int g, int t) {
+  const int M = a.o.M;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int m = mt * 8 + g;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t* r = xb[mt][s];
+      if (ok && m < M && c * 64 + 16 * s < a.K) {
+        const int k = c * 64 + 16 * s + 2 * t;
+        const float* xp = a.xf + size_t(m) * size_t(a.ldx) + k;
+        const float2 v0 = *reinterpret_cast<const float2*>(xp), v1 = *reinterpret_cast<const float2*>(xp + 8);
+        const float2 w0 = *reinterpret_cast<const float2*>(a.nw + k);
+        const float2 w1 = *reinterpret_cast<const float2*>(a.nw + k + 8);
+        const float sc = inv[m];
+        const __half2 h0 = __floats2half2_rn(v0.x * sc * w0.x, v0.y * sc * w0.y);
+        const __half2 h1 = __floats2half2_rn(v1.x * sc * w1.x, v1.y * sc * w1.y);
+        r[0] = *reinterpret_cast<const uint32_t*>(&h0);
+        r[1] = *reinterpret_cast<const uint32_t*>(&h1);
+      } else {
+        r[0] = r[1] = 0u;
+      }
+    }
+  }
+}
+
 // acc[w][mt] += the products of one chunk: raw[w], the lane's undecoded
 // words of matrix w (W, or gate and up), against the B fragments xb.
 template <class T, int NM, int MT>

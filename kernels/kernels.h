@@ -127,6 +127,17 @@ struct GemmArgs {
   // path == kWgmma or kWgmmaOverlap.
   int32_t wg_tile = 0;
   int32_t wg_splits = 0;
+  // Optional, M <= 16 (the GEMV) with kStoreF32 or kSwiGLU: the RMSNorm of
+  // the activations fused into the GEMV's load, one launch instead of two.
+  // The activations are then half(norm_x[m][k] * norm_w[k] /
+  // sqrt(mean_k(norm_x[m][k]^2) + norm_eps)), rmsnorm_f16's values (its sum
+  // of squares in another order: the scale may differ in the last bit), from
+  // fp32 rows norm_x of stride ldx floats (ldx % 4 == 0, 16-byte aligned;
+  // norm_w 8-byte aligned); x is unused. Not with kGemvBulk (the register GEMV
+  // runs it).
+  const float* norm_x = nullptr;
+  const float* norm_w = nullptr;
+  float norm_eps = 0.0f;
 };
 
 // Any M >= 1 (small M takes a GEMV path). Returns cudaErrorInvalidValue for
