@@ -62,6 +62,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "unsupported shape\n");
     return 2;
   }
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    std::printf("SKIPPED: no CUDA device\n");
+    return 0;
+  }
   cudaDeviceProp prop;
   QSP_CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s (%d SMs)\nshape: %d q heads, %d kv heads, head_dim %d, fp16, causal\n\n", prop.name,

@@ -172,7 +172,11 @@ int run(int argc, char** argv) {
     }
   }
 
-  int dev = 0;
+  int dev = 0, n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    std::printf("SKIPPED: no CUDA device\n");
+    return 0;
+  }
   CK(cudaGetDevice(&dev));
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, dev));
