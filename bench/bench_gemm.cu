@@ -2,8 +2,9 @@
 // accumulation) on real layer shapes.
 //
 //   cmake --build build --target bench_gemm    (the GEMM is kernels/gemm*.cu, kernels/gemv.cu)
-//   ./bench_gemm [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu] [--m LIST] [--sweep]
-//   --sweep: also every wgmma token tile x K split forced (the plan model's data)
+//   ./bench_gemm [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu] [--m LIST] [--sweep [--overlap]]
+//   --sweep: also every wgmma token tile x K split forced (the plan model's data);
+//   --overlap: the sweep's kernels with the overlapped decode (GemmPath::kWgmmaOverlap)
 //
 // Method: CUDA events around batches of launches (a batch lasts >= ~200 us,
 // so tiny GEMVs are not dominated by event resolution), median of 21
@@ -122,7 +123,7 @@ double rel_err(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
 }
 
 int run(int argc, char** argv) {
-  bool quick = false, cublas = true, swiglu = false, sweep = false;
+  bool quick = false, cublas = true, swiglu = false, sweep = false, overlap = false;
   std::string fmt_arg = "q4q8";
   std::vector<int> m_list;
   for (int i = 1; i < argc; ++i) {
@@ -132,6 +133,7 @@ int run(int argc, char** argv) {
     else if (s == "--swiglu") swiglu = true;
     else if (s == "--fmt" && i + 1 < argc) fmt_arg = argv[++i];
     else if (s == "--sweep") sweep = true;
+    else if (s == "--overlap") overlap = true;
     else if (s == "--m" && i + 1 < argc) {
       for (const char* p = argv[++i]; *p;) {
         char* end = nullptr;
@@ -144,7 +146,7 @@ int run(int argc, char** argv) {
         p = *end == ',' ? end + 1 : end;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--fmt q4|q8|f16|all|LIST] [--no-cublas] [--swiglu] [--m LIST] [--sweep]\n"
+      std::fprintf(stderr, "usage: %s [--quick] [--fmt q4|q8|f16|all|LIST] [--no-cublas] [--swiglu] [--m LIST] [--sweep [--overlap]]\n"
                    "  LIST: format names, e.g. q4_0,q4_K,q6_K (every format the kernels decode)\n", argv[0]);
       return 2;
     }
@@ -332,10 +334,12 @@ int run(int argc, char** argv) {
         }
         if (sweep && M > 16 && f != WFormat::kF16) {
           // Every wgmma token tile x K split forced, TFLOPS (- where it cannot run).
-          std::printf("%-10s %-12s %5d %-5s   wgmma tile/splits:", sh.what, nk, M, fname);
+          std::printf("%-10s %-12s %5d %-5s   wgmma%s tile/splits:", sh.what, nk, M, fname,
+                      overlap ? " (overlapped)" : "");
           for (int bt : {256, 128})
             for (int ks : {1, 2, 4, 8}) {
-              const double t = forced_ms(qsp::kern::GemmPath::kWgmma, bt, ks);
+              const double t =
+                  forced_ms(overlap ? qsp::kern::GemmPath::kWgmmaOverlap : qsp::kern::GemmPath::kWgmma, bt, ks);
               if (t > 0) {
                 std::printf(" %d/%d %.1f", bt, ks, flop / t * 1e-9);
               } else {
