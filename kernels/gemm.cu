@@ -40,7 +40,9 @@ size_t scales_offset(WFormat f, int64_t rows, int64_t cols) {
   return dispatch_format(f, size_t(0), [&](auto t) { return decltype(t)::T::scales_offset(rows, cols); });
 }
 
-cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks, bool overlap, cudaStream_t stream) {
+// qk: k.qk's QK-norm / RoPE / KV write in the epilogue (GemmArgs::qk).
+cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks, bool overlap, bool qk,
+                         cudaStream_t stream) {
   wgmma::Args a;
   a.x = k.x;
   a.ldx = k.ldx;
@@ -53,7 +55,13 @@ cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks,
   a.grp = k.grp;
   a.o = k.o;
   a.chunks_per_split = k.KC;
-  return wgmma::run(a, f, ep, bt, ks, overlap, stream);
+  a.qk = wgmma::QkEpi{};
+  if (qk) {
+    const QkRopeArgs& r = *k.qk;
+    a.qk = wgmma::QkEpi{r.q_norm,  r.k_norm,       r.q_out,        r.k_cache,  r.v_cache, r.past,
+                        r.n_heads, r.n_kv_heads,   r.head_dim,     r.max_seq,  r.rope_style, r.eps, r.theta};
+  }
+  return wgmma::run(a, f, ep, bt, ks, overlap && !qk, qk, stream);
 }
 
 // Blocks per wave of the wgmma kernel's split-K clusters (wave[0]: no split).
@@ -108,8 +116,9 @@ bool wgmma_overlap_default() {
 }
 
 // The kernel for this shape, format and device (see the top of the file).
-cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_tile, int wg_splits,
-                cudaStream_t stream) {
+// *fused: set where the wgmma epilogue did a.qk's work (GemmArgs::qk).
+cudaError_t run_kernels(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_tile, int wg_splits,
+                        cudaStream_t stream, bool* fused) {
   const int M = a.o.M;
   const bool wgmma_format = dispatch_format(f, false, [](auto t) { return decltype(t)::T::kWgmma; });
   const bool forced_wg = path == GemmPath::kWgmma || path == GemmPath::kWgmmaOverlap;
@@ -150,17 +159,30 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
         const size_t off = size_t(M - tail) * size_t(a.o.ldo);
         if (r.o.out_h) r.o.out_h += off;
         if (r.o.out_f) r.o.out_f += off;
-        e = run(h, f, ep, path, 0, 0, stream);
-        return e != cudaSuccess ? e : run(r, f, ep, path, 0, 0, stream);
+        h.qk = r.qk = nullptr;  // the caller runs qk_rope over all the rows
+        bool unused = false;
+        e = run_kernels(h, f, ep, path, 0, 0, stream, &unused);
+        return e != cudaSuccess ? e : run_kernels(r, f, ep, path, 0, 0, stream, &unused);
       }
     }
   }
   if (forced_wg || (path == GemmPath::kAuto && best.wgmma)) {
     const bool overlap = path == GemmPath::kWgmmaOverlap || (path == GemmPath::kAuto && wgmma_overlap_default());
-    return launch_wgmma(a, f, ep, wg_tile ? wg_tile : best.wg.bt, wg_splits ? wg_splits : best.wg.ks, overlap,
-                        stream);
+    e = launch_wgmma(a, f, ep, wg_tile ? wg_tile : best.wg.bt, wg_splits ? wg_splits : best.wg.ks, overlap,
+                     a.qk != nullptr, stream);
+    *fused = a.qk != nullptr && e == cudaSuccess;
+    return e;
   }
   return launch_mma(a, f, ep, best.mma.large, best.mma.ks, dev, stream);
+}
+
+// run_kernels, then a.qk's QK-norm / RoPE / KV write where no epilogue did it.
+cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_tile, int wg_splits,
+                cudaStream_t stream) {
+  bool fused = false;
+  const cudaError_t e = run_kernels(a, f, ep, path, wg_tile, wg_splits, stream, &fused);
+  if (e != cudaSuccess || !a.qk || fused) return e;
+  return qk_rope(*a.qk, stream);
 }
 
 }  // namespace
@@ -248,6 +270,16 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (half_out ? g.out_h == nullptr : g.out_f == nullptr) return cudaErrorInvalidValue;
+  if (g.qk) {
+    // One context's Q | K | V into qk->qkv (qk_rope checks the rest when it runs).
+    const QkRopeArgs& q = *g.qk;
+    const auto a8 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; };
+    if (g.ep != Epilogue::kStoreF32 || g.out_f != q.qkv || g.ldo != q.ld || g.M != q.M || q.seqs != nullptr ||
+        (q.head_dim != 64 && q.head_dim != 128) || N != int64_t(q.n_heads + 2 * q.n_kv_heads) * q.head_dim ||
+        !q.past || !q.q_out || !q.k_cache || !q.v_cache || !a8(q.q_out) || !a8(q.k_cache) || !a8(q.v_cache)) {
+      return cudaErrorInvalidValue;
+    }
+  }
 
   KArgs a;
   a.x = g.x;
@@ -273,6 +305,7 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   a.xf = g.norm_x;
   a.nw = g.norm_w;
   a.eps = g.norm_eps;
+  a.qk = g.qk;
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;
   a.o.ldo = g.ldo;

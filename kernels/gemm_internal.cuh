@@ -34,6 +34,7 @@ struct KArgs {
   const float* xf;
   const float* nw;
   float eps;
+  const QkRopeArgs* qk;  // GemmArgs::qk
 };
 
 // ---- Tile configurations of the mma.sync kernel --------------------------------------------

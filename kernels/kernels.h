@@ -106,6 +106,8 @@ enum class Epilogue : int32_t {
 // (kernels/gemm_wgmma.cu; kAuto's wgmma uses it only with $QSP_WGMMA_OVERLAP=1).
 enum class GemmPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kGemv = 3, kGemvBulk = 4, kWgmmaOverlap = 5 };
 
+struct QkRopeArgs;
+
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
   int32_t ldx = 0;
@@ -138,6 +140,13 @@ struct GemmArgs {
   const float* norm_x = nullptr;
   const float* norm_w = nullptr;
   float norm_eps = 0.0f;
+  // Optional, the Q | K | V GEMM of one context's chunk (kStoreF32 into
+  // qk->qkv with ldo == qk->ld, M == qk->M, N the q, k and v heads, no
+  // batched pass): its QK-norm, RoPE and KV-cache write (kern::qk_rope) too.
+  // The wgmma GEMM does them in its epilogue, whose blocks hold whole heads
+  // (qkv is then not written); every other path runs the GEMM, then
+  // kern::qk_rope. The result is qk_rope's either way (to rounding).
+  const QkRopeArgs* qk = nullptr;
 };
 
 // Any M >= 1 (small M takes a GEMV path). Returns cudaErrorInvalidValue for

@@ -39,6 +39,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Partition& part, const st
               "the CUDA backend supports head_dim 64 and 128, not %u", cfg.head_dim);
   poison_ = env_flag("QSP_POISON");
   fuse_norm_ = env_flag("QSP_FUSE_NORM") && cfg.hidden % 4 == 0;  // the fused load reads float4 rows
+  fuse_qk_ = env_flag("QSP_FUSE_QK");
 
   chunk_ = std::min(kCudaChunk, cfg.max_seq);
   // Every shard holds as many heads / KV heads / features as the others
