@@ -14,9 +14,8 @@
 // activations are one buffer (they are L2-resident in a real pass too).
 // Columns: TFLOPS = 2*M*N*K / time; W GB/s = weight bytes / time (the
 // figure of merit of the small-M GEMV); err = ||ours - cuBLAS|| / ||cuBLAS||
-// on the same dequantized weights. For M <= 16 a second line times both
-// GEMVs forced (registers, bulk copies); for M > 16, both GEMM families and
-// the wgmma GEMM's overlapped decode (kWgmmaOverlap).
+// on the same dequantized weights. For M > 16 a second line times both GEMM
+// families forced and the wgmma GEMM's overlapped decode (kWgmmaOverlap).
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -315,14 +314,6 @@ int run(int argc, char** argv) {
             CK(qsp::kern::gemm(p, nullptr));
           });
         };
-        if (M <= 16 && f != WFormat::kF16) {
-          // The two GEMVs forced: registers (kernels/gemv.cu) and bulk copies
-          // (kernels/gemv_bulk.cu, sm_90a), weight GB/s (0 where it cannot run).
-          const double t0 = forced_ms(qsp::kern::GemmPath::kGemv), t1 = forced_ms(qsp::kern::GemmPath::kGemvBulk);
-          const double g0 = t0 > 0 ? wbytes / t0 * 1e-6 : 0.0, g1 = t1 > 0 ? wbytes / t1 * 1e-6 : 0.0;
-          std::printf("%-10s %-12s %5d %-5s   GEMVs: registers %6.0f GB/s, bulk copies %6.0f GB/s (%.2fx)\n", sh.what,
-                      nk, M, fname, g0, g1, g0 > 0 ? g1 / g0 : 0.0);
-        }
         if (M > 16 && f != WFormat::kF16) {
           // Each kernel family forced (the row above is gemm()'s own pick),
           // and the wgmma GEMM with the overlapped decode (same plan).

@@ -2,9 +2,7 @@
 // W [N][K] in the device layout of its format (kernels/formats/), fp32
 // accumulation on tensor cores. This file validates the arguments and picks
 // the kernel; the kernels are elsewhere:
-//  1. GEMV (M <= 16; kernels/gemv.cu): decode / LM head, memory bound; on
-//     sm_90 optionally its bulk-copy form (kernels/gemv_bulk.cu,
-//     $QSP_GEMV_BULK=1 until it is measured to be the faster).
+//  1. GEMV (M <= 16; kernels/gemv.cu): decode / LM head, memory bound.
 //  2. wgmma (kernels/gemm_wgmma.cu; sm_90a, formats with kWgmma): the Hopper
 //     prefill path, ~650 TFLOPS at M = 2048 on the H200.
 //  3. mma.sync, large tiles (kernels/gemm_mma.cu; sm_80 / sm_89 prefill, fp16
@@ -23,7 +21,6 @@
 #include "kernels/gemm_internal.cuh"
 #include "kernels/gemm_plan.h"
 #include "kernels/gemm_wgmma.h"
-#include "kernels/gemv_bulk.h"
 #include "kernels/kernels.h"
 #include "kernels/per_device.h"
 
@@ -94,16 +91,6 @@ AutoPlan plan_auto(int64_t M, const KArgs& a, WFormat f, bool dual, bool wg_ok, 
   return r;
 }
 
-// Whether kAuto takes the bulk-copy GEMV where it runs: $QSP_GEMV_BULK=1
-// (read once per process; off until measured faster on the H200).
-bool gemv_bulk_default() {
-  static const bool on = [] {
-    const char* v = std::getenv("QSP_GEMV_BULK");
-    return v && *v && std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
-
 // Whether kAuto's wgmma GEMM decodes the next chunk while the current one's
 // wgmmas run (kernels/gemm_wgmma.cu): $QSP_WGMMA_OVERLAP=1 (read once per
 // process; off until measured faster on the H200).
@@ -123,17 +110,11 @@ cudaError_t run_kernels(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, i
   const bool wgmma_format = dispatch_format(f, false, [](auto t) { return decltype(t)::T::kWgmma; });
   const bool forced_wg = path == GemmPath::kWgmma || path == GemmPath::kWgmmaOverlap;
   if (forced_wg && (!wgmma_format || M <= 16)) return cudaErrorNotSupported;
-  if ((path == GemmPath::kGemv || path == GemmPath::kGemvBulk) && M > 16) return cudaErrorNotSupported;
+  if (path == GemmPath::kGemv && M > 16) return cudaErrorNotSupported;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
-  if (M <= 16) {
-    // The fused RMSNorm (a.xf) is the register GEMV's alone.
-    const bool bulk = !a.xf && (path == GemmPath::kGemvBulk || (path == GemmPath::kAuto && gemv_bulk_default()));
-    if (bulk && gemv_bulk::supports(f) && gemv_bulk::available(dev)) return gemv_bulk::run(a, f, ep, stream);
-    if (path == GemmPath::kGemvBulk) return cudaErrorNotSupported;
-    return launch_gemv(a, f, ep, stream);
-  }
+  if (M <= 16) return launch_gemv(a, f, ep, stream);
   const bool dual = ep == Epilogue::kSwiGLU;
   const int sms = std::max(1, sm_count(dev));
   const bool wg_ok = wgmma_format && path != GemmPath::kMma && wgmma::available(dev);
@@ -217,17 +198,7 @@ bool gemm_supported(WFormat fmt, int64_t rows, int64_t cols, const char** why) {
 cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   const int64_t K = g.w.cols;
   const bool dual = g.ep == Epilogue::kSwiGLU;
-  const bool norm = g.norm_x != nullptr;
-  if (!gemm_supported(g.w.fmt, g.w.rows, K, nullptr) || g.w.data == nullptr || (!norm && g.x == nullptr) || g.M < 1) {
-    return cudaErrorInvalidValue;
-  }
-  // The fused RMSNorm: the register GEMV (M <= 16) before Q | K | V, gate / up
-  // or the LM head; fp32 rows (16-byte aligned, ldx % 4 == 0), 8-byte aligned
-  // norm weights.
-  if (norm && (g.M > 16 || g.norm_w == nullptr || !(g.norm_eps >= 0.0f) || g.ldx % 4 != 0 ||
-               reinterpret_cast<uintptr_t>(g.norm_x) % 16 != 0 || reinterpret_cast<uintptr_t>(g.norm_w) % 8 != 0 ||
-               (g.ep != Epilogue::kStoreF32 && !dual) ||
-               (g.path != GemmPath::kAuto && g.path != GemmPath::kGemv))) {
+  if (!gemm_supported(g.w.fmt, g.w.rows, K, nullptr) || g.w.data == nullptr || g.x == nullptr || g.M < 1) {
     return cudaErrorInvalidValue;
   }
   // Row groups: w, then wcat[0], wcat[1] where present (in that order).
@@ -246,12 +217,10 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   for (int i = 0; i < n_parts; ++i) N += parts[i]->rows;
   if (N > (int64_t(1) << 30)) return cudaErrorInvalidValue;
   // 16-byte activation loads: x and ldx aligned to 8 fp16.
-  if (g.ldx < K || (!norm && (g.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0))) {
-    return cudaErrorInvalidValue;
-  }
+  if (g.ldx < K || g.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0) return cudaErrorInvalidValue;
   if (g.ldo < N) return cudaErrorInvalidValue;
   if (g.path != GemmPath::kAuto && g.path != GemmPath::kMma && g.path != GemmPath::kWgmma &&
-      g.path != GemmPath::kGemv && g.path != GemmPath::kGemvBulk && g.path != GemmPath::kWgmmaOverlap)
+      g.path != GemmPath::kGemv && g.path != GemmPath::kWgmmaOverlap)
     return cudaErrorInvalidValue;
   if ((g.wg_tile != 0 || g.wg_splits != 0) && g.path != GemmPath::kWgmma && g.path != GemmPath::kWgmmaOverlap)
     return cudaErrorInvalidValue;
@@ -302,9 +271,6 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     }
   }
   a.chunks_per_split = a.KC;
-  a.xf = g.norm_x;
-  a.nw = g.norm_w;
-  a.eps = g.norm_eps;
   a.qk = g.qk;
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;

@@ -28,12 +28,6 @@ struct KArgs {
   WGroup grp;                // non-kSwiGLU: the row groups of W (w[0] alone, or Q | K | V)
   int32_t chunks_per_split;  // mma kernel: K chunks per cluster rank
   OutArgs o;
-  // The GEMV with the RMSNorm fused into its activation load (GemmArgs::
-  // norm_x): fp32 rows xf (stride ldx floats) and the norm's weights nw;
-  // x is unused then. xf == nullptr: activations are x.
-  const float* xf;
-  const float* nw;
-  float eps;
   const QkRopeArgs* qk;  // GemmArgs::qk
 };
 

@@ -2,19 +2,22 @@
 // byte is read once with 16-byte streaming loads. One block per 16-row tile;
 // its warps split K and reduce through shared memory. The per-format part
 // (global -> raw words -> fragments) is the format's WTraits; the arithmetic
-// per chunk is kernels/gemv_chunk.cuh, shared with the sm_90 bulk-copy GEMV
-// (kernels/gemv_bulk.cu).
+// per 64-column chunk (namespace gemv below): the activations' B fragments,
+// the tensor core products of the chunk, and at the end the reduction of the
+// warps' partial sums with the epilogue.
 //
-// With kNorm the block first computes the RMSNorm scale of its M fp32
-// activation rows (every block the same few KB from L2) and normalizes them
-// as it loads them: the decode step's two rmsnorm launches per layer and the
-// final one fold into the GEMVs after them (opt-in in the CUDA backend,
-// QSP_FUSE_NORM=1, until measured).
+// Weights are the mma A operand (16 weight rows per tile), the tokens the
+// 8-wide B operand, so M = 1 wastes 7/8 of a tiny tensor-core op instead of
+// 15/16. The K-quants (WTraits::kFactored) give exact integer codes and
+// per-row fp32 scales: the mma sums code x activation per k step in fp32 and
+// the scales are applied to those sums: fewer instructions per weight than
+// fp16 weights with split scales (frags), and no fp16 rounding of the
+// weights.
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/formats/formats.cuh"
 #include "kernels/gemm_internal.cuh"
-#include "kernels/gemv_chunk.cuh"
 #include "kernels/pdl.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
@@ -23,21 +26,170 @@ namespace qsp {
 namespace kern {
 namespace {
 
+namespace gemv {
+
+constexpr int kMaxWarps = 8;
+constexpr int kRedLd = 20;  // smem row stride of the reduction: the partial writes of a warp hit 32 banks
+
+// Formats whose GEMV applies the scales after the mma (WTraits::kFactored:
+// codes + per-row scales) instead of decoding fp16 weights (frags).
+template <class T, class = void>
+struct Factored : std::false_type {};
+template <class T>
+struct Factored<T, std::void_t<decltype(T::kFactored)>> : std::bool_constant<T::kFactored> {};
+
+template <int NM, int MT>
+__device__ __forceinline__ void zero(float (&acc)[NM][MT][4]) {
+#pragma unroll
+  for (int w = 0; w < NM; ++w)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[w][mt][r] = 0.0f;
+}
+
+// Tile `tile`'s matrix (a row-group member unless kSwiGLU, whose gate is
+// w[0] and up w[1]) and its unit 0.
+template <bool kDual>
+__device__ __forceinline__ WLoc tile_loc(const KArgs& a, int tile) {
+  return kDual ? WLoc{a.w[0], uint32_t(a.scale_off), tile} : locate(a.grp, tile);
+}
+
+// The B fragments of chunk c for MT m8 token tiles: xb[mt][s] = X row
+// mt * 8 + g, k step s: cols 16s + 2t, +1 and 16s + 2t + 8, +9 (zero past M,
+// past K, or for a chunk that is not there: ok = false).
+template <int MT>
+__device__ __forceinline__ void load_x(uint32_t (&xb)[MT][4][2], const KArgs& a, int c, bool ok, int g, int t) {
+  const int M = a.o.M;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int m = mt * 8 + g;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t* r = xb[mt][s];
+      if (ok && m < M && c * 64 + 16 * s < a.K) {
+        const __half* xp = a.x + size_t(m) * size_t(a.ldx) + c * 64 + 16 * s + 2 * t;
+        ldg32(r[0], xp);
+        ldg32(r[1], xp + 8);
+      } else {
+        r[0] = r[1] = 0u;
+      }
+    }
+  }
+}
+
+// acc[w][mt] += the products of one chunk: raw[w], the lane's undecoded
+// words of matrix w (W, or gate and up), against the B fragments xb.
+template <class T, int NM, int MT>
+__device__ __forceinline__ void chunk_mma(float (&acc)[NM][MT][4], const typename T::Raw (&raw)[NM],
+                                          const uint32_t (&xb)[MT][4][2]) {
+  if constexpr (Factored<T>::value) {
+    // x = ds * code + nm per row: the exact codes against the activations
+    // on the tensor cores (fp32 sums over the SP k steps that share a
+    // scale), then ds times that, plus nm times the same steps' activation
+    // sums (an mma with A = 1, shared by the matrices; affine formats).
+    constexpr int SP = T::kScaleSteps;
+#pragma unroll
+    for (int h = 0; h < 4 / SP; ++h) {
+      float xs[MT][4];
+      if constexpr (T::kAffine) {
+        const uint32_t ones[4] = {0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) xs[mt][r] = 0.0f;
+#pragma unroll
+          for (int k = 0; k < SP; ++k) mma_m16n8k16(xs[mt], ones, xb[mt][SP * h + k][0], xb[mt][SP * h + k][1]);
+        }
+      }
+#pragma unroll
+      for (int w = 0; w < NM; ++w) {
+        uint32_t A[SP][4];
+#pragma unroll
+        for (int k = 0; k < SP; ++k) {
+          uint32_t f[4];
+          T::codes(raw[w], SP * h + k, f);
+          A[k][0] = f[0], A[k][1] = f[2], A[k][2] = f[1], A[k][3] = f[3];
+        }
+        float ds[2], nm[2];
+        T::scales(raw[w], SP * h, ds, nm);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int k = 0; k < SP; ++k) mma_m16n8k16(d, A[k], xb[mt][SP * h + k][0], xb[mt][SP * h + k][1]);
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            acc[w][mt][r] = fmaf(ds[r >> 1], d[r], acc[w][mt][r]);
+            if constexpr (T::kAffine) acc[w][mt][r] = fmaf(nm[r >> 1], xs[mt][r], acc[w][mt][r]);
+          }
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+#pragma unroll
+      for (int w = 0; w < NM; ++w) {
+        uint32_t f[4];
+        T::frags(raw[w], s, f);
+        const uint32_t A[4] = {f[0], f[2], f[1], f[3]};
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) mma_m16n8k16(acc[w][mt], A, xb[mt][s][0], xb[mt][s][1]);
+      }
+    }
+  }
+}
+
+// The warps' partial sums of tile `tile` through shared memory (red:
+// [kMaxWarps][NM][MT * 8][kRedLd] floats), then the epilogue of each output.
+// Called by every thread of the block.
+template <Epilogue EP, int NM, int MT>
+__device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], const float (&acc)[NM][MT][4],
+                                             const KArgs& a, int tile) {
+  constexpr bool kDual = EP == Epilogue::kSwiGLU;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int M = a.o.M, N = a.o.N;
+  // D[n][m]: c0, c1 = (n = g, m = 2t, 2t+1); c2, c3 = (n = g + 8, same m).
+#pragma unroll
+  for (int w = 0; w < NM; ++w)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) red[warp][w][mt * 8 + 2 * t + (r & 1)][g + 8 * (r >> 1)] = acc[w][mt][r];
+  __syncthreads();
+  for (int e = threadIdx.x; e < MT * 8 * 16; e += blockDim.x) {
+    const int m = e / 16, nl = e % 16, n = tile * 16 + nl;
+    if (m >= M || n >= N) continue;
+    float s0 = 0.0f, s1 = 0.0f;
+    for (int w = 0; w < kw; ++w) {
+      s0 += red[w][0][m][nl];
+      if (kDual) s1 += red[w][NM - 1][m][nl];
+    }
+    const size_t i = size_t(m) * size_t(a.o.ldo) + size_t(n);
+    if (EP == Epilogue::kStoreF16) a.o.out_h[i] = __float2half_rn(s0);
+    if (EP == Epilogue::kSwiGLU) a.o.out_h[i] = __float2half_rn(silu(s0) * s1);
+    if (EP == Epilogue::kStoreF32) a.o.out_f[i] = s0;
+    if (EP == Epilogue::kAddF32) a.o.out_f[i] += s0;
+  }
+}
+
+}  // namespace gemv
+
 constexpr int kGemvMaxWarps = gemv::kMaxWarps;
 
 // grid = (tiles); block = 32 * kw threads, kw <= kGemvMaxWarps warps that
 // split the K chunks round-robin (warp w: chunks w, w + kw, ...).
 template <WFormat F,
-          int MT,      // m8 token tiles: 1 (M <= 8) or 2 (M <= 16)
-          int U,       // chunks a warp has in flight per round (loads issued before any use)
-          Epilogue EP,
-          bool kNorm>  // the RMSNorm fused into the activation load (KArgs::xf)
+          int MT,  // m8 token tiles: 1 (M <= 8) or 2 (M <= 16)
+          int U,   // chunks a warp has in flight per round (loads issued before any use)
+          Epilogue EP>
 __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kernel(const KArgs a) {
   using T = WTraits<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int NM = kDual ? 2 : 1;  // weight matrices
   __shared__ float red[kGemvMaxWarps][NM][MT * 8][gemv::kRedLd];
-  __shared__ float norm_part[kNorm ? kGemvMaxWarps : 1][16], norm_inv[kNorm ? 16 : 1];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -75,17 +227,11 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
     if (c0 == warp) {
       pdl_wait();
       pdl_launch_dependents();
-      // Every warp is here once (kw <= KC / U: each has a first round).
-      if constexpr (kNorm) gemv::norm_scales(a, norm_part, norm_inv);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * kw;
-      if constexpr (kNorm) {
-        gemv::load_x_norm<MT>(xb[u], a, norm_inv, c, c < a.KC, g, t);
-      } else {
-        gemv::load_x<MT>(xb[u], a, c, c < a.KC, g, t);
-      }
+      gemv::load_x<MT>(xb[u], a, c, c < a.KC, g, t);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -123,15 +269,8 @@ cudaError_t launch_mt(const KArgs& a, cudaStream_t stream) {
   constexpr int U = gemv_unroll<F>(MT, EP == Epilogue::kSwiGLU);
   // Enough warps to cover K with U chunks each, at most kGemvMaxWarps.
   const int kw = std::max(1, std::min(kGemvMaxWarps, a.KC / U));
-  const dim3 grid(unsigned(a.tiles)), block(unsigned(kw * 32));
-  // The fused norm feeds Q | K | V (kStoreF32), gate / up (kSwiGLU) and the
-  // LM head (kStoreF32): only those are built with it.
-  if constexpr (EP == Epilogue::kStoreF32 || EP == Epilogue::kSwiGLU) {
-    if (a.xf) return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP, true>, grid, block, 0, stream, a);
-  } else {
-    if (a.xf) return cudaErrorInvalidValue;
-  }
-  return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP, false>, grid, block, 0, stream, a);
+  return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)), 0,
+                    stream, a);
 }
 
 }  // namespace

@@ -99,12 +99,12 @@ enum class Epilogue : int32_t {
 // Which kernel family gemm() may use. kAuto picks by shape and device; the
 // others exist for tests and benchmarks. kWgmma returns cudaErrorNotSupported
 // where that path cannot run (no sm_90a image for the device, fp16 weights,
-// M <= 16, which always takes a GEMV). For M <= 16: kGemv is the register
-// GEMV (kAuto's choice unless $QSP_GEMV_BULK=1), kGemvBulk the sm_90
-// bulk-copy GEMV (cudaErrorNotSupported where it cannot run: no sm_90a image,
-// fp16 weights, M > 16). kWgmmaOverlap is kWgmma with the overlapped decode
-// (kernels/gemm_wgmma.cu; kAuto's wgmma uses it only with $QSP_WGMMA_OVERLAP=1).
-enum class GemmPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kGemv = 3, kGemvBulk = 4, kWgmmaOverlap = 5 };
+// M <= 16, which always takes the GEMV). kGemv is the GEMV, kAuto's choice
+// for M <= 16 (cudaErrorNotSupported for M > 16). kWgmmaOverlap is kWgmma
+// with the overlapped decode (kernels/gemm_wgmma.cu; kAuto's wgmma uses it
+// only with $QSP_WGMMA_OVERLAP=1). Value 4 is unused (it was the bulk-copy
+// GEMV, removed 2026-12-05: bench/RESULTS.md).
+enum class GemmPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kGemv = 3, kWgmmaOverlap = 5 };
 
 struct QkRopeArgs;
 
@@ -129,17 +129,6 @@ struct GemmArgs {
   // path == kWgmma or kWgmmaOverlap.
   int32_t wg_tile = 0;
   int32_t wg_splits = 0;
-  // Optional, M <= 16 (the GEMV) with kStoreF32 or kSwiGLU: the RMSNorm of
-  // the activations fused into the GEMV's load, one launch instead of two.
-  // The activations are then half(norm_x[m][k] * norm_w[k] /
-  // sqrt(mean_k(norm_x[m][k]^2) + norm_eps)), rmsnorm_f16's values (its sum
-  // of squares in another order: the scale may differ in the last bit), from
-  // fp32 rows norm_x of stride ldx floats (ldx % 4 == 0, 16-byte aligned;
-  // norm_w 8-byte aligned); x is unused. Not with kGemvBulk (the register GEMV
-  // runs it).
-  const float* norm_x = nullptr;
-  const float* norm_w = nullptr;
-  float norm_eps = 0.0f;
   // Optional, the Q | K | V GEMM of one context's chunk (kStoreF32 into
   // qk->qkv with ldo == qk->ld, M == qk->M, N the q, k and v heads, no
   // batched pass): its QK-norm, RoPE and KV-cache write (kern::qk_rope) too.

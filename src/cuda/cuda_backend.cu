@@ -38,7 +38,6 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Partition& part, const st
   QSP_FAIL_IF(!kern::attention_supported(int32_t(cfg.head_dim)), QSP_ERR_UNSUPPORTED,
               "the CUDA backend supports head_dim 64 and 128, not %u", cfg.head_dim);
   poison_ = env_flag("QSP_POISON");
-  fuse_norm_ = env_flag("QSP_FUSE_NORM") && cfg.hidden % 4 == 0;  // the fused load reads float4 rows
   fuse_qk_ = env_flag("QSP_FUSE_QK");
 
   chunk_ = std::min(kCudaChunk, cfg.max_seq);

@@ -191,20 +191,6 @@ class CudaBackend final : public Backend {
   }
   void log_upload_stats() noexcept;
 
-  // The RMSNorm a GEMV applies as it loads its activations (kern::GemmArgs::
-  // norm_x): fp32 rows x (stride hidden), the norm's weights w.
-  struct Norm {
-    const float* x;
-    const float* w;
-    float eps;
-  };
-  // Whether rank r's layer GEMMs over n tokens take their RMSNorms fused
-  // (QSP_FUSE_NORM=1, opt-in until measured): GEMVs only (n <= 16), and one
-  // shard per rank (a rank running shards in turn adds each shard's products
-  // into x before the next shard's GEMMs read it: they need the norm of x
-  // from before, computed once).
-  bool fuse_norm(const Rank& r, int32_t n) const { return fuse_norm_ && n <= 16 && r.count == 1; }
-
   // ---- One context's chunk (cuda_pass.cu) ----
   void finish_chunk(const PrefillChunk& c);
   void enqueue(const ModelTensors& w, const PrefillChunk& c, bool capturing = false);
@@ -220,17 +206,14 @@ class CudaBackend final : public Backend {
   void all_reduce(const Acts* acts, int32_t n);
   void local_all_reduce(const Acts* acts, int32_t n);
   void enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n, const Acts& a,
-                         const KvTarget& kv, const Norm* norm);
-  void lm_head(const ModelTensors& w, const Rank& r, const __half* xn, int32_t M, float* out, int32_t ldo,
-               const Norm* norm = nullptr);
+                         const KvTarget& kv);
+  void lm_head(const ModelTensors& w, const Rank& r, const __half* xn, int32_t M, float* out, int32_t ldo);
   void poison_scratch(Rank& r, const PrefillChunk& c, bool capturing);
   // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
-  // norm: the activations are norm's rows, normed in the GEMV (x unused).
   // qk: the Q | K | V GEMM's QK-norm / RoPE / KV write too (kern::GemmArgs::qk).
   static void gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
                    const kern::DWeight* w2, kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo,
-                   const kern::DWeight* cat = nullptr, const Norm* norm = nullptr,
-                   const kern::QkRopeArgs* qk = nullptr);
+                   const kern::DWeight* cat = nullptr, const kern::QkRopeArgs* qk = nullptr);
   std::vector<const void*> weight_ids(const ModelTensors& w) const;
 
   // ---- A batched pass (cuda_batch.cu) ----
@@ -245,7 +228,6 @@ class CudaBackend final : public Backend {
   uint32_t chunk_ = 0;
   int32_t qkv_ld_ = 0;
   bool poison_ = false;  // test aid: NaN-fill scratch, logits and the KV slots a chunk is about to write
-  bool fuse_norm_ = false;  // QSP_FUSE_NORM: fuse_norm()
   // QSP_FUSE_QK (opt-in until measured): the Q | K | V GEMM of a chunk of one
   // context does the QK-norm / RoPE / KV write (in the wgmma GEMM's epilogue;
   // elsewhere kern::gemm runs qk_rope after it).

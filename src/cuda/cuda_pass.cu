@@ -108,17 +108,11 @@ void CudaBackend::enqueue(const ModelTensors& w, const PrefillChunk& c, bool cap
     Rank& r = *ranks_[i];
     const Acts& a = acts[i];
     on_device(r);
+    QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x + size_t(n - 1) * H, H, V(w[kOutputNorm], r.first), a.xn, 1, H,
+                                     cfg_.rms_eps, r.stream));
     float* lg = as<float>(r.logits);
     const int32_t rows = int32_t(r.vocab_end - r.vocab_begin);
-    // The last token's final norm: its own launch, or fused into the LM-head
-    // GEMV (every shard of the rank reads the same x: no order to keep).
-    const Norm out_norm{a.x + size_t(n - 1) * H, V(w[kOutputNorm], r.first), cfg_.rms_eps};
-    if (fuse_norm_) {
-      lm_head(w, r, nullptr, 1, lg, rows, &out_norm);
-    } else {
-      QSP_CUDA_CHECK(kern::rmsnorm_f16(out_norm.x, H, out_norm.w, a.xn, 1, H, cfg_.rms_eps, r.stream));
-      lm_head(w, r, a.xn, 1, lg, rows);
-    }
+    lm_head(w, r, a.xn, 1, lg, rows);
     int32_t* d_argmax = as<int32_t>(r.small) + 1;
     QSP_CUDA_CHECK(kern::argmax(lg, rows, d_argmax, r.stream));
     int32_t* hs = static_cast<int32_t*>(r.h_small.ptr);
@@ -157,23 +151,18 @@ void CudaBackend::enqueue_layers(const ModelTensors& w, int32_t n, const Acts* a
       Rank& r = *ranks_[i];
       const Acts& a = acts[i];
       on_device(r);
-      const Norm attn_norm{a.x, V(L[kAttnNorm], r.first), m.rms_eps};
-      const bool fused = fuse_norm(r, n);
-      if (!fused) QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, attn_norm.w, a.xn, n, H, m.rms_eps, r.stream));
-      for (uint32_t s = r.first; s < r.first + r.count; ++s)
-        enqueue_attention(L, l, r, s, n, a, kvs[i], fused ? &attn_norm : nullptr);
+      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kAttnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
+      for (uint32_t s = r.first; s < r.first + r.count; ++s) enqueue_attention(L, l, r, s, n, a, kvs[i]);
     }
     all_reduce(acts, n);
     for (size_t i = 0; i < ranks_.size(); ++i) {
       Rank& r = *ranks_[i];
       const Acts& a = acts[i];
       on_device(r);
-      const Norm ffn_norm{a.x, V(L[kFfnNorm], r.first), m.rms_eps};
-      const bool fused = fuse_norm(r, n);
-      if (!fused) QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, ffn_norm.w, a.xn, n, H, m.rms_eps, r.stream));
+      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kFfnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
       for (uint32_t s = r.first; s < r.first + r.count; ++s) {
         gemm(r.stream, a.xn, H, n, W(L[kWGate], s), &W(L[kWUp], s), kern::Epilogue::kSwiGLU, a.act, nullptr,
-             sh_ffn_, nullptr, fused ? &ffn_norm : nullptr);
+             sh_ffn_);
         gemm(r.stream, a.act, sh_ffn_, n, W(L[kWDown], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
       }
     }
@@ -229,7 +218,7 @@ void CudaBackend::local_all_reduce(const Acts* acts, int32_t n) {
 // QK-norm + RoPE with its KV-cache write, attention, and its columns of wo
 // into a.x (sum_epilogue).
 void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n,
-                                    const Acts& a, const KvTarget& kv, const Norm* norm) {
+                                    const Acts& a, const KvTarget& kv) {
   const ModelConfig& m = cfg_;
   const int32_t H = int32_t(m.hidden), Q = sh_q_, KV = sh_kv_;
   const cudaStream_t stream = r.stream;
@@ -283,13 +272,12 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
   const bool fuse_qk = fuse_qk_ && grouped && !kv.seqs;
   if (grouped) {
     const kern::DWeight cat[2] = {wk, wv};
-    gemm(stream, a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_, cat, norm,
+    gemm(stream, a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_, cat,
          fuse_qk ? &rp : nullptr);
   } else {
-    gemm(stream, a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_, nullptr, norm);
-    gemm(stream, a.xn, H, n, wk, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q, qkv_ld_, nullptr, norm);
-    gemm(stream, a.xn, H, n, wv, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q + KV, qkv_ld_, nullptr,
-         norm);
+    gemm(stream, a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_);
+    gemm(stream, a.xn, H, n, wk, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q, qkv_ld_);
+    gemm(stream, a.xn, H, n, wv, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q + KV, qkv_ld_);
   }
   if (!fuse_qk) QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
   QSP_CUDA_CHECK(kern::attention(at, stream));
@@ -299,11 +287,11 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
 // The logits of M normed rows xn on rank r: each of its shards' vocabulary
 // rows into its slice of out ([M][ldo], column 0 = the rank's first row).
 void CudaBackend::lm_head(const ModelTensors& w, const Rank& r, const __half* xn, int32_t M, float* out,
-                          int32_t ldo, const Norm* norm) {
+                          int32_t ldo) {
   const SlotDesc& head = kModelSlots[kLmHead];
   for (uint32_t s = r.first; s < r.first + r.count; ++s)
     gemm(r.stream, xn, int32_t(cfg_.hidden), M, W(w[kLmHead], s), nullptr, kern::Epilogue::kStoreF32, nullptr,
-         out + (part_.rows(head, s).begin - r.vocab_begin), ldo, nullptr, norm);
+         out + (part_.rows(head, s).begin - r.vocab_begin), ldo);
 }
 
 void CudaBackend::poison_scratch(Rank& r, const PrefillChunk& c, bool capturing) {
@@ -321,11 +309,10 @@ void CudaBackend::poison_scratch(Rank& r, const PrefillChunk& c, bool capturing)
 // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
 void CudaBackend::gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
                        const kern::DWeight* w2, kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo,
-                       const kern::DWeight* cat, const Norm* norm, const kern::QkRopeArgs* qk) {
+                       const kern::DWeight* cat, const kern::QkRopeArgs* qk) {
   kern::GemmArgs g;
-  g.x = norm ? nullptr : x;
+  g.x = x;
   g.ldx = ldx;
-  if (norm) g.norm_x = norm->x, g.norm_w = norm->w, g.norm_eps = norm->eps;
   g.qk = qk;
   g.M = M;
   g.w = w;

@@ -169,17 +169,4 @@ inline bool gemm_wgmma_runs() {
   return e == cudaSuccess;
 }
 
-// Whether the bulk-copy GEMV (kGemvBulk, sm_90a) runs here.
-inline bool gemv_bulk_runs() {
-  OpWeight w(QSP_DTYPE_Q4_0, 128, 64, 79);
-  OpActs x(4, 64, 64, 80);
-  DevBuf out(size_t(4) * 128 * 4);
-  GemmArgs a = forced_wgmma(w, x, out.as<float>());
-  a.path = GemmPath::kGemvBulk;
-  const cudaError_t e = qsp::kern::gemm(a, nullptr);
-  REQUIRE((e == cudaSuccess || e == cudaErrorNotSupported));
-  CUDA_REQUIRE(cudaDeviceSynchronize());
-  return e == cudaSuccess;
-}
-
 }  // namespace qsp_test

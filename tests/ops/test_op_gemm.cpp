@@ -12,7 +12,7 @@ using qsp::kern::WFormat;
 namespace {
 
 constexpr GemmPath kAuto = GemmPath::kAuto, kMma = GemmPath::kMma, kWgmma = GemmPath::kWgmma,
-                   kGemv = GemmPath::kGemv, kGemvBulk = GemmPath::kGemvBulk;
+                   kGemv = GemmPath::kGemv;
 
 struct GemmCase {
   int32_t dtype;  // the GGUF dtype uploaded (BF16 / F32 become fp16 weights)
@@ -504,7 +504,7 @@ TEST_CASE("op gemm: rejects unsupported input without launching", "[gpu][gemm]")
   CUDA_REQUIRE(qsp::kern::gemm(good, nullptr));
   CUDA_REQUIRE(cudaDeviceSynchronize());
 
-  std::vector<GemmArgs> bad(11, good);
+  std::vector<GemmArgs> bad(12, good);
   bad[0].M = 0;
   bad[1].x = nullptr;
   bad[2].ldx = 120;                         // < K
@@ -518,76 +518,17 @@ TEST_CASE("op gemm: rejects unsupported input without launching", "[gpu][gemm]")
   bad[8].w.cols = 48;                       // K not a multiple of 32
   bad[9].ep = static_cast<Epilogue>(7);
   bad[10].path = static_cast<GemmPath>(6);
+  bad[11].path = static_cast<GemmPath>(4);  // unused (the bulk-copy GEMV's, removed)
   for (size_t i = 0; i < bad.size(); ++i) {
     INFO("bad case " << i);
     CHECK(qsp::kern::gemm(bad[i], nullptr) == cudaErrorInvalidValue);
   }
-  CUDA_REQUIRE(cudaGetLastError());
-  CUDA_REQUIRE(cudaDeviceSynchronize());
-}
-
-// The bulk-copy GEMV (kernels/gemv_bulk.cu, sm_90a), forced, against the CPU
-// ops like every path, and the register GEMV forced beside it: every tiled
-// format, M = 1 .. 16 around the m8 tiles, K ending inside a stage (and half
-// way through a chunk for the 32-blocks), N not a multiple of 16, the
-// Qwen3-8B shapes; every epilogue (gemm_sweep), the row groups of Q | K | V.
-// F16 (row-major) and M > 16 are refused.
-TEST_CASE("op gemm: the bulk-copy GEMV, every tiled format, forced", "[gpu][gemm][gemv]") {
-  QSP_REQUIRE_GPU();
-  if (!gemv_bulk_runs()) {
-    CHECK(device_major() != 9);  // a Hopper GPU must run it
-    std::printf("SKIPPED: bulk-copy GEMV (needs sm_90a)\n");
-    return;
-  }
-  const std::vector<int> ms = {1, 3, 8, 9, 16};
-  uint64_t seed = 3100;
-  const struct {
-    int32_t dt;
-    int64_t N, K;
-  } cases[] = {
-      {QSP_DTYPE_Q4_0, 1000, 160},   {QSP_DTYPE_Q4_0, 4096, 4096}, {QSP_DTYPE_Q4_0, 12288, 4096},
-      {QSP_DTYPE_Q4_0, 4096, 12288}, {QSP_DTYPE_Q8_0, 1000, 160},  {QSP_DTYPE_Q8_0, 2048, 1024},
-      {QSP_DTYPE_Q4_1, 40, 96},      {QSP_DTYPE_Q5_0, 1000, 352},  {QSP_DTYPE_Q5_1, 2048, 1024},
-      {QSP_DTYPE_Q2_K, 1000, 768},   {QSP_DTYPE_Q3_K, 2048, 1024}, {QSP_DTYPE_Q4_K, 1000, 256},
-      {QSP_DTYPE_Q4_K, 4096, 4096},  {QSP_DTYPE_Q5_K, 2048, 1280}, {QSP_DTYPE_Q6_K, 1000, 256},
-      {QSP_DTYPE_Q6_K, 4096, 12288},
-  };
-  for (const auto& c : cases) {
-    OpWeight w(c.dt, c.N, c.K, seed++), w2(c.dt, c.N, c.K, seed++);
-    for (GemmPath p : {kGemvBulk, kGemv}) gemm_sweep(w, w2, ms, seed++, p);
-  }
-  // Row groups: Qwen3-8B's Q | K | V, and a last group ending mid-tile.
-  for (const int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K}) {
-    const int64_t K = 4096;
-    OpWeight wq(dt, 4096, K, seed++), wk(dt, 1024, K, seed++), wv(dt, 1000, K, seed++);
-    const int64_t N = wq.N + wk.N + wv.N;
-    for (int M : {1, 5, 16}) {
-      OpActs x(M, int(K), int(K), seed++);
-      const std::vector<int> rows = sample_rows(M);
-      const std::vector<float> rq = cpu_matmul(wq, x, rows), rk = cpu_matmul(wk, x, rows), rv = cpu_matmul(wv, x, rows);
-      std::vector<float> ref(rows.size() * size_t(N));
-      for (size_t j = 0; j < rows.size(); ++j) {
-        std::copy(rq.begin() + j * wq.N, rq.begin() + (j + 1) * wq.N, ref.begin() + j * N);
-        std::copy(rk.begin() + j * wk.N, rk.begin() + (j + 1) * wk.N, ref.begin() + j * N + wq.N);
-        std::copy(rv.begin() + j * wv.N, rv.begin() + (j + 1) * wv.N, ref.begin() + j * N + wq.N + wk.N);
-      }
-      check_gemm(wq, nullptr, x, Epilogue::kStoreF32, int(N) + 4, rows, ref, nullptr, seed++, kGemvBulk, &wk, &wv);
-      check_gemm(wq, nullptr, x, Epilogue::kAddF32, int(N), rows, ref, nullptr, seed++, kGemvBulk, &wk, &wv);
-    }
-  }
-  // What it refuses: fp16 weights, M > 16.
-  OpWeight wf(QSP_DTYPE_F16, 128, 64, 9), wq(QSP_DTYPE_Q4_0, 128, 64, 11);
-  OpActs x(32, 64, 64, 10);
-  DevBuf out(size_t(32) * 128 * 4);
-  GemmArgs a = forced_wgmma(wf, x, out.as<float>());
-  a.path = kGemvBulk;
-  a.M = 4;
-  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorNotSupported);
-  a.w = wq.dw;
-  a.M = 17;
-  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorNotSupported);
-  a.path = kGemv;
-  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorNotSupported);
+  // The GEMV forced: M <= 16 only (M = 17 is refused before any launch).
+  GemmArgs gv = good;
+  gv.path = kGemv;
+  CUDA_REQUIRE(qsp::kern::gemm(gv, nullptr));
+  gv.M = 17;
+  CHECK(qsp::kern::gemm(gv, nullptr) == cudaErrorNotSupported);
   CUDA_REQUIRE(cudaGetLastError());
   CUDA_REQUIRE(cudaDeviceSynchronize());
 }
