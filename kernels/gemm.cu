@@ -91,14 +91,28 @@ AutoPlan plan_auto(int64_t M, const KArgs& a, WFormat f, bool dual, bool wg_ok, 
   return r;
 }
 
+// An experiment's switch: $name set and not "0" (docs/API.md, Environment).
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
 // Whether kAuto's wgmma GEMM decodes the next chunk while the current one's
 // wgmmas run (kernels/gemm_wgmma.cu): $QSP_WGMMA_OVERLAP=1 (read once per
-// process; off until measured faster on the H200).
+// process; off: measured no faster on the H200).
 bool wgmma_overlap_default() {
-  static const bool on = [] {
-    const char* v = std::getenv("QSP_WGMMA_OVERLAP");
-    return v && *v && std::strcmp(v, "0") != 0;
-  }();
+  static const bool on = env_on("QSP_WGMMA_OVERLAP");
+  return on;
+}
+// The GEMV's L2 prefetch of its blocks' weights (KArgs::l2_prefetch) and its
+// 12-warp blocks where tiles are few (KArgs::wide): $QSP_L2_PREFETCH=1,
+// $QSP_GEMV_WIDE=1 (read once per process; off until measured faster).
+bool gemv_prefetch_default() {
+  static const bool on = env_on("QSP_L2_PREFETCH");
+  return on;
+}
+bool gemv_wide_default() {
+  static const bool on = env_on("QSP_GEMV_WIDE");
   return on;
 }
 
@@ -114,7 +128,13 @@ cudaError_t run_kernels(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, i
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
-  if (M <= 16) return launch_gemv(a, f, ep, stream);
+  if (M <= 16) {
+    KArgs v = a;
+    v.l2_prefetch = gemv_prefetch_default();  // compiles to nothing before sm_90
+    // At most two blocks per SM at once: 12 warps each fill what three of 8 would.
+    v.wide = gemv_wide_default() && a.tiles <= 2 * std::max(1, sm_count(dev));
+    return launch_gemv(v, f, ep, stream);
+  }
   const bool dual = ep == Epilogue::kSwiGLU;
   const int sms = std::max(1, sm_count(dev));
   const bool wg_ok = wgmma_format && path != GemmPath::kMma && wgmma::available(dev);
@@ -272,6 +292,7 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   }
   a.chunks_per_split = a.KC;
   a.qk = g.qk;
+  a.l2_prefetch = a.wide = false;
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;
   a.o.ldo = g.ldo;

@@ -29,6 +29,11 @@ namespace {
 namespace gemv {
 
 constexpr int kMaxWarps = 8;
+// M <= 8 where tiles are few (at most two blocks per SM: the 8B shape's
+// 4096-row projections, 256 tiles on 132 SMs): 12 warps per block, so two
+// blocks keep 24 warps' loads in flight per SM as three blocks of 8 do
+// (the register cap, 85, is the same: 2 x 384 and 3 x 256 threads).
+constexpr int kMaxWarpsWide = 12;
 constexpr int kRedLd = 20;  // smem row stride of the reduction: the partial writes of a warp hit 32 banks
 
 // Formats whose GEMV applies the scales after the mma (WTraits::kFactored:
@@ -175,21 +180,43 @@ __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], c
   }
 }
 
+// The block's weights into L2 at its start (KArgs::l2_prefetch, sm_90+):
+// the quant units and the scales of its tile in each matrix, each range
+// contiguous in the layout (qweight.cuh), one warp per range. The loads
+// that follow then wait for L2, not DRAM, and DRAM sees the whole read at
+// once instead of U chunks per warp.
+template <class T, bool kDual>
+__device__ __forceinline__ void prefetch_tile(const KArgs& a, const WLoc& loc, int tile, int warp, int kw,
+                                              int lane) {
+  if constexpr (!T::kRowMajor) {
+#pragma unroll
+    for (int r = 0; r < (kDual ? 4 : 2); ++r) {
+      if (r % kw != warp) continue;
+      const int w = r / 2;
+      const uint8_t* base = w == 0 ? loc.base : a.w[1];
+      const size_t soff = w == 0 ? size_t(loc.soff) : a.scale_off;
+      const size_t first = size_t(w == 0 ? loc.tile : tile) * size_t(a.KC);
+      const uint8_t* p = r % 2 == 0 ? base + first * T::kUnit : base + soff + first * T::kScaleUnit;
+      const uint32_t bytes = uint32_t(a.KC) * uint32_t(r % 2 == 0 ? T::kUnit : T::kScaleUnit);
+      if ((reinterpret_cast<uintptr_t>(p) & 15u) == 0 && bytes % 16 == 0) prefetch_l2_warp(p, bytes, lane);
+    }
+  }
+}
+
 }  // namespace gemv
 
-constexpr int kGemvMaxWarps = gemv::kMaxWarps;
-
-// grid = (tiles); block = 32 * kw threads, kw <= kGemvMaxWarps warps that
-// split the K chunks round-robin (warp w: chunks w, w + kw, ...).
+// grid = (tiles); block = 32 * kw threads, kw <= MaxW warps that split the
+// K chunks round-robin (warp w: chunks w, w + kw, ...).
 template <WFormat F,
           int MT,  // m8 token tiles: 1 (M <= 8) or 2 (M <= 16)
           int U,   // chunks a warp has in flight per round (loads issued before any use)
-          Epilogue EP>
-__global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kernel(const KArgs a) {
+          Epilogue EP,
+          int MaxW>  // gemv::kMaxWarps, or kMaxWarpsWide (MT = 1)
+__global__ void __launch_bounds__(MaxW * 32, MaxW == gemv::kMaxWarps ? (MT == 1 ? 3 : 2) : 2) gemv_kernel(const KArgs a) {
   using T = WTraits<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int NM = kDual ? 2 : 1;  // weight matrices
-  __shared__ float red[kGemvMaxWarps][NM][MT * 8][gemv::kRedLd];
+  __shared__ float red[MaxW][NM][MT * 8][gemv::kRedLd];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -199,6 +226,7 @@ __global__ void __launch_bounds__(kGemvMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kern
   float acc[NM][MT][4];
   gemv::zero(acc);
   const WLoc loc = gemv::tile_loc<kDual>(a, tile);
+  if (a.l2_prefetch) gemv::prefetch_tile<T, kDual>(a, loc, tile, warp, kw, lane);
 
   for (int c0 = warp; c0 < a.KC; c0 += kw * U) {
     typename T::Raw raw[U][NM];
@@ -267,9 +295,18 @@ constexpr int gemv_unroll(int mt, bool dual) {
 template <WFormat F, int MT, Epilogue EP>
 cudaError_t launch_mt(const KArgs& a, cudaStream_t stream) {
   constexpr int U = gemv_unroll<F>(MT, EP == Epilogue::kSwiGLU);
-  // Enough warps to cover K with U chunks each, at most kGemvMaxWarps.
-  const int kw = std::max(1, std::min(kGemvMaxWarps, a.KC / U));
-  return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)), 0,
+  // Enough warps to cover K with U chunks each, at most kMaxWarps (or
+  // kMaxWarpsWide where the caller found the tiles few: KArgs::wide).
+  const dim3 grid(unsigned(a.tiles));
+  if constexpr (MT == 1) {
+    if (a.wide) {
+      const int kw = std::max(1, std::min(gemv::kMaxWarpsWide, a.KC / U));
+      return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP, gemv::kMaxWarpsWide>, grid,
+                        dim3(unsigned(kw * 32)), 0, stream, a);
+    }
+  }
+  const int kw = std::max(1, std::min(gemv::kMaxWarps, a.KC / U));
+  return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP, gemv::kMaxWarps>, grid, dim3(unsigned(kw * 32)), 0,
                     stream, a);
 }
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -39,6 +41,12 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Partition& part, const st
               "the CUDA backend supports head_dim 64 and 128, not %u", cfg.head_dim);
   poison_ = env_flag("QSP_POISON");
   fuse_qk_ = env_flag("QSP_FUSE_QK");
+  // QSP_GRAPHS=0: every chunk and batched pass eager (a diagnostic: what the
+  // graphs save, or cost).
+  if (const char* g = std::getenv("QSP_GRAPHS"); g && std::strcmp(g, "0") == 0) {
+    graphs_.disable();
+    batch_graphs_.disable();
+  }
 
   chunk_ = std::min(kCudaChunk, cfg.max_seq);
   // Every shard holds as many heads / KV heads / features as the others
