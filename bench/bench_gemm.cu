@@ -2,9 +2,8 @@
 // accumulation) on real layer shapes.
 //
 //   cmake --build build --target bench_gemm    (the GEMM is kernels/gemm*.cu, kernels/gemv.cu)
-//   ./bench_gemm [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu] [--m LIST] [--sweep [--overlap]]
-//   --sweep: also every wgmma token tile x K split forced (the plan model's data);
-//   --overlap: the sweep's kernels with the overlapped decode (GemmPath::kWgmmaOverlap)
+//   ./bench_gemm [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu] [--m LIST] [--sweep]
+//   --sweep: also every wgmma token tile x K split forced (the plan model's data)
 //
 // Method: CUDA events around batches of launches (a batch lasts >= ~200 us,
 // so tiny GEMVs are not dominated by event resolution), median of 21
@@ -15,7 +14,7 @@
 // Columns: TFLOPS = 2*M*N*K / time; W GB/s = weight bytes / time (the
 // figure of merit of the small-M GEMV); err = ||ours - cuBLAS|| / ||cuBLAS||
 // on the same dequantized weights. For M > 16 a second line times both GEMM
-// families forced and the wgmma GEMM's overlapped decode (kWgmmaOverlap).
+// families forced.
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -122,7 +121,7 @@ double rel_err(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
 }
 
 int run(int argc, char** argv) {
-  bool quick = false, cublas = true, swiglu = false, sweep = false, overlap = false;
+  bool quick = false, cublas = true, swiglu = false, sweep = false;
   std::string fmt_arg = "q4q8";
   std::vector<int> m_list;
   for (int i = 1; i < argc; ++i) {
@@ -132,7 +131,6 @@ int run(int argc, char** argv) {
     else if (s == "--swiglu") swiglu = true;
     else if (s == "--fmt" && i + 1 < argc) fmt_arg = argv[++i];
     else if (s == "--sweep") sweep = true;
-    else if (s == "--overlap") overlap = true;
     else if (s == "--m" && i + 1 < argc) {
       for (const char* p = argv[++i]; *p;) {
         char* end = nullptr;
@@ -145,7 +143,7 @@ int run(int argc, char** argv) {
         p = *end == ',' ? end + 1 : end;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--fmt q4|q8|f16|all|LIST] [--no-cublas] [--swiglu] [--m LIST] [--sweep [--overlap]]\n"
+      std::fprintf(stderr, "usage: %s [--quick] [--fmt q4|q8|f16|all|LIST] [--no-cublas] [--swiglu] [--m LIST] [--sweep]\n"
                    "  LIST: format names, e.g. q4_0,q4_K,q6_K (every format the kernels decode)\n", argv[0]);
       return 2;
     }
@@ -315,22 +313,17 @@ int run(int argc, char** argv) {
           });
         };
         if (M > 16 && f != WFormat::kF16) {
-          // Each kernel family forced (the row above is gemm()'s own pick),
-          // and the wgmma GEMM with the overlapped decode (same plan).
-          const double t0 = forced_ms(qsp::kern::GemmPath::kMma), t1 = forced_ms(qsp::kern::GemmPath::kWgmma),
-                       t2 = forced_ms(qsp::kern::GemmPath::kWgmmaOverlap);
-          const auto tf = [&](double t) { return t > 0 ? flop / t * 1e-9 : 0.0; };
-          std::printf("%-10s %-12s %5d %-5s   paths: mma.sync %6.1f TFLOPS, wgmma %6.1f, wgmma overlapped %6.1f (%.2fx)\n",
-                      sh.what, nk, M, fname, tf(t0), tf(t1), tf(t2), t1 > 0 && t2 > 0 ? t1 / t2 : 0.0);
+          // Each kernel family forced (the row above is gemm()'s own pick).
+          const double t0 = forced_ms(qsp::kern::GemmPath::kMma), t1 = forced_ms(qsp::kern::GemmPath::kWgmma);
+          std::printf("%-10s %-12s %5d %-5s   paths: mma.sync %6.1f TFLOPS, wgmma %6.1f TFLOPS\n", sh.what, nk, M,
+                      fname, t0 > 0 ? flop / t0 * 1e-9 : 0.0, t1 > 0 ? flop / t1 * 1e-9 : 0.0);
         }
         if (sweep && M > 16 && f != WFormat::kF16) {
           // Every wgmma token tile x K split forced, TFLOPS (- where it cannot run).
-          std::printf("%-10s %-12s %5d %-5s   wgmma%s tile/splits:", sh.what, nk, M, fname,
-                      overlap ? " (overlapped)" : "");
+          std::printf("%-10s %-12s %5d %-5s   wgmma tile/splits:", sh.what, nk, M, fname);
           for (int bt : {256, 128})
             for (int ks : {1, 2, 4, 8}) {
-              const double t =
-                  forced_ms(overlap ? qsp::kern::GemmPath::kWgmmaOverlap : qsp::kern::GemmPath::kWgmma, bt, ks);
+              const double t = forced_ms(qsp::kern::GemmPath::kWgmma, bt, ks);
               if (t > 0) {
                 std::printf(" %d/%d %.1f", bt, ks, flop / t * 1e-9);
               } else {

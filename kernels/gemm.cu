@@ -37,9 +37,7 @@ size_t scales_offset(WFormat f, int64_t rows, int64_t cols) {
   return dispatch_format(f, size_t(0), [&](auto t) { return decltype(t)::T::scales_offset(rows, cols); });
 }
 
-// qk: k.qk's QK-norm / RoPE / KV write in the epilogue (GemmArgs::qk).
-cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks, bool overlap, bool qk,
-                         cudaStream_t stream) {
+cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks, cudaStream_t stream) {
   wgmma::Args a;
   a.x = k.x;
   a.ldx = k.ldx;
@@ -52,13 +50,7 @@ cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks,
   a.grp = k.grp;
   a.o = k.o;
   a.chunks_per_split = k.KC;
-  a.qk = wgmma::QkEpi{};
-  if (qk) {
-    const QkRopeArgs& r = *k.qk;
-    a.qk = wgmma::QkEpi{r.q_norm,  r.k_norm,       r.q_out,        r.k_cache,  r.v_cache, r.past,
-                        r.n_heads, r.n_kv_heads,   r.head_dim,     r.max_seq,  r.rope_style, r.eps, r.theta};
-  }
-  return wgmma::run(a, f, ep, bt, ks, overlap && !qk, qk, stream);
+  return wgmma::run(a, f, ep, bt, ks, stream);
 }
 
 // Blocks per wave of the wgmma kernel's split-K clusters (wave[0]: no split).
@@ -97,13 +89,6 @@ bool env_on(const char* name) {
   return v && *v && std::strcmp(v, "0") != 0;
 }
 
-// Whether kAuto's wgmma GEMM decodes the next chunk while the current one's
-// wgmmas run (kernels/gemm_wgmma.cu): $QSP_WGMMA_OVERLAP=1 (read once per
-// process; off: measured no faster on the H200).
-bool wgmma_overlap_default() {
-  static const bool on = env_on("QSP_WGMMA_OVERLAP");
-  return on;
-}
 // The GEMV's L2 prefetch of its blocks' weights (KArgs::l2_prefetch) and its
 // 12-warp blocks where tiles are few (KArgs::wide): $QSP_L2_PREFETCH=1,
 // $QSP_GEMV_WIDE=1 (read once per process; off until measured faster).
@@ -117,13 +102,11 @@ bool gemv_wide_default() {
 }
 
 // The kernel for this shape, format and device (see the top of the file).
-// *fused: set where the wgmma epilogue did a.qk's work (GemmArgs::qk).
-cudaError_t run_kernels(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_tile, int wg_splits,
-                        cudaStream_t stream, bool* fused) {
+cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_tile, int wg_splits,
+                cudaStream_t stream) {
   const int M = a.o.M;
   const bool wgmma_format = dispatch_format(f, false, [](auto t) { return decltype(t)::T::kWgmma; });
-  const bool forced_wg = path == GemmPath::kWgmma || path == GemmPath::kWgmmaOverlap;
-  if (forced_wg && (!wgmma_format || M <= 16)) return cudaErrorNotSupported;
+  if (path == GemmPath::kWgmma && (!wgmma_format || M <= 16)) return cudaErrorNotSupported;
   if (path == GemmPath::kGemv && M > 16) return cudaErrorNotSupported;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
@@ -138,7 +121,7 @@ cudaError_t run_kernels(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, i
   const bool dual = ep == Epilogue::kSwiGLU;
   const int sms = std::max(1, sm_count(dev));
   const bool wg_ok = wgmma_format && path != GemmPath::kMma && wgmma::available(dev);
-  if (forced_wg && !wg_ok) return cudaErrorNotSupported;
+  if (path == GemmPath::kWgmma && !wg_ok) return cudaErrorNotSupported;
   int wave[4] = {sms, sms, sms, sms};
   if (wg_ok) cluster_waves(dev, sms, wave);
   const AutoPlan best = plan_auto(M, a, f, dual, wg_ok, sms, wave);
@@ -160,30 +143,15 @@ cudaError_t run_kernels(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, i
         const size_t off = size_t(M - tail) * size_t(a.o.ldo);
         if (r.o.out_h) r.o.out_h += off;
         if (r.o.out_f) r.o.out_f += off;
-        h.qk = r.qk = nullptr;  // the caller runs qk_rope over all the rows
-        bool unused = false;
-        e = run_kernels(h, f, ep, path, 0, 0, stream, &unused);
-        return e != cudaSuccess ? e : run_kernels(r, f, ep, path, 0, 0, stream, &unused);
+        e = run(h, f, ep, path, 0, 0, stream);
+        return e != cudaSuccess ? e : run(r, f, ep, path, 0, 0, stream);
       }
     }
   }
-  if (forced_wg || (path == GemmPath::kAuto && best.wgmma)) {
-    const bool overlap = path == GemmPath::kWgmmaOverlap || (path == GemmPath::kAuto && wgmma_overlap_default());
-    e = launch_wgmma(a, f, ep, wg_tile ? wg_tile : best.wg.bt, wg_splits ? wg_splits : best.wg.ks, overlap,
-                     a.qk != nullptr, stream);
-    *fused = a.qk != nullptr && e == cudaSuccess;
-    return e;
+  if (path == GemmPath::kWgmma || (path == GemmPath::kAuto && best.wgmma)) {
+    return launch_wgmma(a, f, ep, wg_tile ? wg_tile : best.wg.bt, wg_splits ? wg_splits : best.wg.ks, stream);
   }
   return launch_mma(a, f, ep, best.mma.large, best.mma.ks, dev, stream);
-}
-
-// run_kernels, then a.qk's QK-norm / RoPE / KV write where no epilogue did it.
-cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_tile, int wg_splits,
-                cudaStream_t stream) {
-  bool fused = false;
-  const cudaError_t e = run_kernels(a, f, ep, path, wg_tile, wg_splits, stream, &fused);
-  if (e != cudaSuccess || !a.qk || fused) return e;
-  return qk_rope(*a.qk, stream);
 }
 
 }  // namespace
@@ -240,10 +208,9 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   if (g.ldx < K || g.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0) return cudaErrorInvalidValue;
   if (g.ldo < N) return cudaErrorInvalidValue;
   if (g.path != GemmPath::kAuto && g.path != GemmPath::kMma && g.path != GemmPath::kWgmma &&
-      g.path != GemmPath::kGemv && g.path != GemmPath::kWgmmaOverlap)
+      g.path != GemmPath::kGemv)
     return cudaErrorInvalidValue;
-  if ((g.wg_tile != 0 || g.wg_splits != 0) && g.path != GemmPath::kWgmma && g.path != GemmPath::kWgmmaOverlap)
-    return cudaErrorInvalidValue;
+  if ((g.wg_tile != 0 || g.wg_splits != 0) && g.path != GemmPath::kWgmma) return cudaErrorInvalidValue;
   if (g.wg_tile != 0 && g.wg_tile != wgmma::kTokTileLarge && g.wg_tile != wgmma::kTokTileSmall) {
     return cudaErrorInvalidValue;
   }
@@ -259,16 +226,6 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (half_out ? g.out_h == nullptr : g.out_f == nullptr) return cudaErrorInvalidValue;
-  if (g.qk) {
-    // One context's Q | K | V into qk->qkv (qk_rope checks the rest when it runs).
-    const QkRopeArgs& q = *g.qk;
-    const auto a8 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; };
-    if (g.ep != Epilogue::kStoreF32 || g.out_f != q.qkv || g.ldo != q.ld || g.M != q.M || q.seqs != nullptr ||
-        (q.head_dim != 64 && q.head_dim != 128) || N != int64_t(q.n_heads + 2 * q.n_kv_heads) * q.head_dim ||
-        !q.past || !q.q_out || !q.k_cache || !q.v_cache || !a8(q.q_out) || !a8(q.k_cache) || !a8(q.v_cache)) {
-      return cudaErrorInvalidValue;
-    }
-  }
 
   KArgs a;
   a.x = g.x;
@@ -291,7 +248,6 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     }
   }
   a.chunks_per_split = a.KC;
-  a.qk = g.qk;
   a.l2_prefetch = a.wide = false;
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;

@@ -28,9 +28,8 @@ struct KArgs {
   WGroup grp;                // non-kSwiGLU: the row groups of W (w[0] alone, or Q | K | V)
   int32_t chunks_per_split;  // mma kernel: K chunks per cluster rank
   OutArgs o;
-  const QkRopeArgs* qk;  // GemmArgs::qk
-  bool l2_prefetch;      // the GEMV asks L2 for its block's weights at its start ($QSP_L2_PREFETCH)
-  bool wide;             // the GEMV may take up to 12 warps per block where tiles are few ($QSP_GEMV_WIDE)
+  bool l2_prefetch;          // the GEMV asks L2 for its block's weights at its start ($QSP_L2_PREFETCH)
+  bool wide;                 // the GEMV may take up to 12 warps per block where tiles are few ($QSP_GEMV_WIDE)
 };
 
 // ---- Tile configurations of the mma.sync kernel --------------------------------------------

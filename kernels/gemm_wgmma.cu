@@ -34,14 +34,6 @@
 // tile through distributed shared memory and stores them. The producer
 // warpgroup stays alive for the cluster barriers. A separate instantiation:
 // the split code in the one kernel cost the unsplit path ~5-15% at M = 2048.
-//
-// Overlapped decode (kOverlap; kAuto takes it with $QSP_WGMMA_OVERLAP=1, not yet measured):
-// a consumer warp decodes chunk kt + 1's A fragments into a second register
-// set while chunk kt's wgmmas run, instead of waiting for them first, so that
-// a format whose decode costs more than its four wgmmas (the K-quants) keeps
-// the tensor cores busy from one warpgroup alone. The loop is unrolled by two
-// so that each register set has fixed registers (ptxas serializes the wgmmas
-// when a register an in-flight group reads is redefined: C7513).
 #include <algorithm>
 
 #include "kernels/formats/formats.cuh"
@@ -51,7 +43,6 @@
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
 #include "kernels/sm90.cuh"
-#include "qsp/qsp.h"
 
 namespace qsp {
 namespace kern {
@@ -87,95 +78,7 @@ struct Layout {
 };
 
 // ---- The kernel ------------------------------------------------------------------------------
-// ---- The QK-norm + RoPE + KV-cache write epilogue (kQk) ------------------------------------
-// A block's 128 weight rows are one head of 128 (or two of 64) of Q | K | V
-// (their boundaries are multiples of head_dim), so its transposed tile holds
-// whole head vectors: one consumer warp per token row, 4 consecutive
-// elements per lane, as kernels/qk_rope.cu lays a head over a warp (the same
-// per-lane sums and shuffle order for the norm, the same pair formulas), and
-// q goes out in fp16, K and V into the cache. The rope angle of pair i is
-// pos * theta^(-2i/D) in double, reduced mod 2 pi before sincosf, as there;
-// each lane forms its 4 pairs' inverse frequencies once per block. Every
-// lane runs every shuffle (a warp may hold a K and a V head of 64).
-template <class Load4>
-__device__ __forceinline__ void qk_epilogue(const QkEpi& q, Load4&& load4, int m0, int ml0, int rows, int n0,
-                                            int M, int N) {
-  const int lane = threadIdx.x & 31, cw = threadIdx.x >> 5;  // consumer warps 0 .. 4 * kConsumers - 1
-  const int D = q.head_dim, lanes = D / 4;
-  const int Qd = q.n_heads * D, KVd = q.n_kv_heads * D;
-  const int col = n0 + 4 * lane;
-  const bool live = col < N;
-  const int kind = col < Qd ? 0 : col < Qd + KVd ? 1 : 2;  // q, k, v
-  const int h = (kind == 0 ? col : kind == 1 ? col - Qd : col - Qd - KVd) / D;
-  const int j = col % D;  // the lane's first element in its head
-  const float* nw = kind == 0 ? q.q_norm : kind == 1 ? q.k_norm : nullptr;
-  float w[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-  if (nw && live)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) w[e] = nw[j + e];
-  const bool neox = q.rope_style == QSP_ROPE_NEOX;
-  double inv_freq[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int i = neox ? (j + e) % (D / 2) : (j + e) / 2;
-    inv_freq[e] = pow(double(q.theta), -2.0 * double(i) / double(D));
-  }
-  const int past = *q.past;
-  for (int ml = ml0 + cw; ml < ml0 + rows; ml += 4 * kConsumers) {
-    const int m = m0 + ml;
-    if (m >= M) break;  // warp-uniform
-    const float4 v = load4(ml * kLdr + 4 * lane);
-    float x[4] = {v.x, v.y, v.z, v.w};
-    float ss = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) ss = fmaf(x[e], x[e], ss);
-    for (int off = lanes / 2; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if (nw) {
-      const float scale = 1.0f / sqrtf(ss / float(D) + q.eps);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x[e] = x[e] * scale * w[e];
-    }
-    const int pos = past + m;
-    float cs[4], sn[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const double ang = double(pos) * inv_freq[e];
-      const double turns = rint(ang * 0.15915494309189535);  // 1 / (2 pi)
-      sincosf(float(fma(-turns, 6.283185307179586, ang)), &sn[e], &cs[e]);
-    }
-    float other[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) other[e] = __shfl_xor_sync(0xffffffffu, x[e], lanes / 2);
-    if (kind < 2) {
-      if (neox) {
-        const bool first = j < D / 2;  // a of the pair (a, b) = (i, i + D/2)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) x[e] = first ? x[e] * cs[e] - other[e] * sn[e] : other[e] * sn[e] + x[e] * cs[e];
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {
-          const float a = x[e], b = x[e + 1];
-          x[e] = a * cs[e] - b * sn[e];
-          x[e + 1] = a * sn[e] + b * cs[e];
-        }
-      }
-    }
-    if (!live) continue;
-    __half* dst;
-    if (kind == 0) {
-      dst = q.q_out + (size_t(m) * q.n_heads + h) * D + j;
-    } else {
-      if (pos < 0 || pos >= q.max_seq) continue;  // out of the cache: nothing to write
-      dst = (kind == 1 ? q.k_cache : q.v_cache) + (size_t(h) * q.max_seq + pos) * D + j;
-    }
-    uint2 u;
-    u.x = pack_half2(x[0], x[1]);
-    u.y = pack_half2(x[2], x[3]);
-    *reinterpret_cast<uint2*>(dst) = u;
-  }
-}
-
-template <WFormat F, int BT, Epilogue EP, bool kSplit, bool kOverlap = false, bool kQk = false>
+template <WFormat F, int BT, Epilogue EP, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   pdl_wait();  // kernels/pdl.h
@@ -297,34 +200,15 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
     if (lane == 0) mbar_arrive(empty0 + 8 * slot);
 #endif
   };
-  if constexpr (!kOverlap) {
-    for (int kt = 0; kt < nk; ++kt) {
-      uint32_t A[4][4];
-      decode(kt, A);
-      issue(kt, A);
-      // Waiting for this stage's group before decoding the next one keeps
-      // ptxas from serializing the wgmmas (C7513: registers defined while a
-      // group is in flight); the other warpgroup's group covers the gap.
-      wgmma_wait<0>();
-      release(kt);
-    }
-  } else {
-    // Two register sets, P and Q: chunk kt's wgmmas read one while chunk
-    // kt + 1 is decoded into the other; a slot is released once its group
-    // is done (the wgmmas read its X tile).
-    uint32_t P[4][4], Q[4][4];
-    if (nk > 0) decode(0, P);
-    for (int kt = 0; kt < nk; kt += 2) {
-      issue(kt, P);
-      if (kt + 1 < nk) decode(kt + 1, Q);
-      wgmma_wait<0>();
-      release(kt);
-      if (kt + 1 >= nk) break;
-      issue(kt + 1, Q);
-      if (kt + 2 < nk) decode(kt + 2, P);
-      wgmma_wait<0>();
-      release(kt + 1);
-    }
+  for (int kt = 0; kt < nk; ++kt) {
+    uint32_t A[4][4];
+    decode(kt, A);
+    issue(kt, A);
+    // Waiting for this stage's group before decoding the next one keeps
+    // ptxas from serializing the wgmmas (C7513: registers defined while a
+    // group is in flight); the other warpgroup's group covers the gap.
+    wgmma_wait<0>();
+    release(kt);
   }
 #pragma unroll
   for (int i = 0; i < BT / 2; ++i) fence_reg(acc[i]);
@@ -360,31 +244,27 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
     }
     return x;
   };
-  if constexpr (kQk) {
-    qk_epilogue(a.qk, load4, m0, ml0, rows, n0, a.o.M, a.o.N);
-  } else {
-    for (int e = threadIdx.x; e < rows * kQuads; e += 128 * kConsumers) {
-      const int ml = ml0 + e / kQuads, c = (e % kQuads) * 4;
-      const int m = m0 + ml;
-      if (m >= a.o.M) break;  // rows only grow with e
-      float4 x = load4(ml * kLdr + c);
-      if (kDual) {
-        const float4 u = load4(ml * kLdr + kRealCols + c);
-        x.x = silu(x.x) * u.x, x.y = silu(x.y) * u.y, x.z = silu(x.z) * u.z, x.w = silu(x.w) * u.w;
-      }
-      store2<EP>(a.o, m, n0 + c, x.x, x.y);
-      store2<EP>(a.o, m, n0 + c + 2, x.z, x.w);
+  for (int e = threadIdx.x; e < rows * kQuads; e += 128 * kConsumers) {
+    const int ml = ml0 + e / kQuads, c = (e % kQuads) * 4;
+    const int m = m0 + ml;
+    if (m >= a.o.M) break;  // rows only grow with e
+    float4 x = load4(ml * kLdr + c);
+    if (kDual) {
+      const float4 u = load4(ml * kLdr + kRealCols + c);
+      x.x = silu(x.x) * u.x, x.y = silu(x.y) * u.y, x.z = silu(x.z) * u.z, x.w = silu(x.w) * u.w;
     }
+    store2<EP>(a.o, m, n0 + c, x.x, x.y);
+    store2<EP>(a.o, m, n0 + c + 2, x.z, x.w);
   }
   if (kSplit) cluster_sync();  // the peers' tiles stay alive until every rank has read them
 #endif
 }
 
 // ---- Host side ------------------------------------------------------------------------------
-template <WFormat F, int BT, Epilogue EP, bool kSplit, bool kOverlap, bool kQk>
+template <WFormat F, int BT, Epilogue EP, bool kSplit>
 cudaError_t launch_one(const Args& a, const CUtensorMap& map, dim3 grid, cudaStream_t stream) {
   using L = Layout<F, BT>;
-  auto kernel = wgmma_kernel<F, BT, EP, kSplit, kOverlap, kQk>;
+  auto kernel = wgmma_kernel<F, BT, EP, kSplit>;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
@@ -398,7 +278,7 @@ cudaError_t launch_one(const Args& a, const CUtensorMap& map, dim3 grid, cudaStr
   return cudaLaunchKernelEx(&cl.cfg, kernel, map, a);
 }
 
-template <WFormat F, int BT, Epilogue EP, bool kOverlap, bool kQk = false>
+template <WFormat F, int BT, Epilogue EP>
 cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   CUtensorMap map;
   if (!sm90::encode_f16_2d(&map, a.x, uint64_t(a.K), uint64_t(a.o.M), uint64_t(a.ldx) * 2, BT)) {
@@ -411,15 +291,14 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   args.chunks_per_split = a.KC;
   if (splits > 1) {
     args.chunks_per_split = (a.KC + splits - 1) / splits;
-    const cudaError_t e =
-        launch_one<F, BT, EP, true, kOverlap, kQk>(args, map, dim3(grid.x, grid.y, splits), stream);
+    const cudaError_t e = launch_one<F, BT, EP, true>(args, map, dim3(grid.x, grid.y, splits), stream);
     if (e == cudaSuccess) return cudaGetLastError();
     // A cluster that cannot be scheduled is a launch-configuration error (not
     // sticky): run unsplit rather than fail the forward pass.
     (void)cudaGetLastError();
     args.chunks_per_split = a.KC;
   }
-  return launch_one<F, BT, EP, false, kOverlap, kQk>(args, map, grid, stream);
+  return launch_one<F, BT, EP, false>(args, map, grid, stream);
 }
 
 }  // namespace
@@ -457,12 +336,10 @@ int cluster_wave(int dev, int ks) {
 #endif
 }
 
-cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, bool overlap, bool qk,
-                cudaStream_t stream) {
+cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, cudaStream_t stream) {
 #if defined(QSP_WGMMA)
   if (tok_tile != kTokTileLarge && tok_tile != kTokTileSmall) return cudaErrorInvalidValue;
   if (splits != 1 && splits != 2 && splits != 4 && splits != 8) return cudaErrorInvalidValue;
-  if (qk && (ep != Epilogue::kStoreF32 || (a.qk.head_dim != 64 && a.qk.head_dim != 128))) return cudaErrorInvalidValue;
   const bool large = tok_tile == kTokTileLarge;
   return dispatch_format(fmt, cudaErrorNotSupported, [&](auto f) {
     using T = typename decltype(f)::T;
@@ -472,21 +349,12 @@ cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int split
       constexpr WFormat F = decltype(f)::kFormat;
       return dispatch_epilogue(ep, [&](auto e) {
         constexpr Epilogue EP = decltype(e)::value;
-        if constexpr (EP == Epilogue::kStoreF32) {
-          if (qk)
-            return large ? launch<F, kTokTileLarge, EP, false, true>(a, splits, stream)
-                         : launch<F, kTokTileSmall, EP, false, true>(a, splits, stream);
-        }
-        if (overlap)
-          return large ? launch<F, kTokTileLarge, EP, true>(a, splits, stream)
-                       : launch<F, kTokTileSmall, EP, true>(a, splits, stream);
-        return large ? launch<F, kTokTileLarge, EP, false>(a, splits, stream)
-                     : launch<F, kTokTileSmall, EP, false>(a, splits, stream);
+        return large ? launch<F, kTokTileLarge, EP>(a, splits, stream) : launch<F, kTokTileSmall, EP>(a, splits, stream);
       });
     }
   });
 #else
-  (void)a, (void)fmt, (void)ep, (void)tok_tile, (void)splits, (void)overlap, (void)qk, (void)stream;
+  (void)a, (void)fmt, (void)ep, (void)tok_tile, (void)splits, (void)stream;
   return cudaErrorNotSupported;
 #endif
 }

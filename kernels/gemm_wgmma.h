@@ -16,19 +16,6 @@ namespace qsp {
 namespace kern {
 namespace wgmma {
 
-// The QK-norm + RoPE + KV-cache write of the Q | K | V GEMM, done in the
-// epilogue (GemmArgs::qk; the fields of kern::QkRopeArgs the kernel needs).
-struct QkEpi {
-  const float* q_norm;  // [head_dim], or nullptr
-  const float* k_norm;
-  __half* q_out;        // [M][n_heads][head_dim]
-  __half* k_cache;      // [n_kv_heads][max_seq][head_dim]
-  __half* v_cache;
-  const int32_t* past;  // device int
-  int32_t n_heads, n_kv_heads, head_dim, max_seq, rope_style;
-  float eps, theta;
-};
-
 struct Args {
   const __half* x;  // [M][K], row stride ldx; 16-byte aligned, ldx % 8 == 0
   int32_t ldx;
@@ -40,7 +27,6 @@ struct Args {
   WGroup grp;             // other epilogues: the row groups of W
   OutArgs o;
   int32_t chunks_per_split;  // set by run(): K chunks per cluster rank
-  QkEpi qk;                  // run()'s qk only
 };
 
 // The tile constants kTokTileLarge / kTokTileSmall (token rows per block) and
@@ -59,11 +45,8 @@ int cluster_wave(int dev, int ks);
 // Launches Y = X W^T with epilogue ep; fmt is a format with kWgmma
 // (cudaErrorNotSupported otherwise). tok_tile: one of the token tiles;
 // splits: 1, 2, 4 or 8 clustered K splits (a cluster that cannot be
-// scheduled runs unsplit); overlap: the overlapped-decode kernels
-// (kernels/gemm_wgmma.cu); qk (ep == kStoreF32, head_dim 64 or 128): the
-// epilogue of a.qk instead of the stores (not with overlap).
-cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, bool overlap, bool qk,
-                cudaStream_t stream);
+// scheduled runs unsplit).
+cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, cudaStream_t stream);
 
 }  // namespace wgmma
 }  // namespace kern

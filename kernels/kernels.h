@@ -100,13 +100,10 @@ enum class Epilogue : int32_t {
 // others exist for tests and benchmarks. kWgmma returns cudaErrorNotSupported
 // where that path cannot run (no sm_90a image for the device, fp16 weights,
 // M <= 16, which always takes the GEMV). kGemv is the GEMV, kAuto's choice
-// for M <= 16 (cudaErrorNotSupported for M > 16). kWgmmaOverlap is kWgmma
-// with the overlapped decode (kernels/gemm_wgmma.cu; kAuto's wgmma uses it
-// only with $QSP_WGMMA_OVERLAP=1). Value 4 is unused (it was the bulk-copy
-// GEMV, removed 2026-12-05: bench/RESULTS.md).
-enum class GemmPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kGemv = 3, kWgmmaOverlap = 5 };
-
-struct QkRopeArgs;
+// for M <= 16 (cudaErrorNotSupported for M > 16). Values 4 and 5 are unused
+// (they were the bulk-copy GEMV and the wgmma GEMM's overlapped decode, both
+// removed 2026-12-05: bench/RESULTS.md); gemm() refuses them as any unknown path.
+enum class GemmPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kGemv = 3 };
 
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
@@ -126,16 +123,9 @@ struct GemmArgs {
   GemmPath path = GemmPath::kAuto;
   // Tests and benchmarks: the wgmma kernel's token tile (128, 256) and
   // K splits (1, 2, 4, 8) instead of the plan's; 0 = the plan's. Only with
-  // path == kWgmma or kWgmmaOverlap.
+  // path == kWgmma.
   int32_t wg_tile = 0;
   int32_t wg_splits = 0;
-  // Optional, the Q | K | V GEMM of one context's chunk (kStoreF32 into
-  // qk->qkv with ldo == qk->ld, M == qk->M, N the q, k and v heads, no
-  // batched pass): its QK-norm, RoPE and KV-cache write (kern::qk_rope) too.
-  // The wgmma GEMM does them in its epilogue, whose blocks hold whole heads
-  // (qkv is then not written); every other path runs the GEMM, then
-  // kern::qk_rope. The result is qk_rope's either way (to rounding).
-  const QkRopeArgs* qk = nullptr;
 };
 
 // Any M >= 1 (small M takes a GEMV path). Returns cudaErrorInvalidValue for

@@ -210,10 +210,9 @@ class CudaBackend final : public Backend {
   void lm_head(const ModelTensors& w, const Rank& r, const __half* xn, int32_t M, float* out, int32_t ldo);
   void poison_scratch(Rank& r, const PrefillChunk& c, bool capturing);
   // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
-  // qk: the Q | K | V GEMM's QK-norm / RoPE / KV write too (kern::GemmArgs::qk).
   static void gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
                    const kern::DWeight* w2, kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo,
-                   const kern::DWeight* cat = nullptr, const kern::QkRopeArgs* qk = nullptr);
+                   const kern::DWeight* cat = nullptr);
   std::vector<const void*> weight_ids(const ModelTensors& w) const;
 
   // ---- A batched pass (cuda_batch.cu) ----
@@ -228,10 +227,6 @@ class CudaBackend final : public Backend {
   uint32_t chunk_ = 0;
   int32_t qkv_ld_ = 0;
   bool poison_ = false;  // test aid: NaN-fill scratch, logits and the KV slots a chunk is about to write
-  // QSP_FUSE_QK (opt-in until measured): the Q | K | V GEMM of a chunk of one
-  // context does the QK-norm / RoPE / KV write (in the wgmma GEMM's epilogue;
-  // elsewhere kern::gemm runs qk_rope after it).
-  bool fuse_qk_ = false;
   std::vector<std::unique_ptr<Rank>> ranks_;  // one per device
   std::vector<cudaStream_t> streams_;         // the ranks' streams and devices, in rank order (graph captures)
   std::vector<int> devs_;

@@ -264,22 +264,19 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
     rp.max_seq = at.max_seq = int32_t(m.max_seq);
     rp.past = at.past = kv.past;
   }
-  // Q | K | V are adjacent columns of qkv: one launch where the formats allow,
-  // which with QSP_FUSE_QK also does qk_rope's work (kern::GemmArgs::qk).
+  // Q | K | V are adjacent columns of qkv: one launch where the formats allow.
   const kern::DWeight &wq = W(L[kWq], s), &wk = W(L[kWk], s), &wv = W(L[kWv], s);
   const bool grouped = kern::gemm_row_group_ok(wq) && kern::gemm_row_group_ok(wk) && wk.fmt == wq.fmt &&
                        wv.fmt == wq.fmt && int64_t(wq.rows) == Q && int64_t(wk.rows) == KV;
-  const bool fuse_qk = fuse_qk_ && grouped && !kv.seqs;
   if (grouped) {
     const kern::DWeight cat[2] = {wk, wv};
-    gemm(stream, a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_, cat,
-         fuse_qk ? &rp : nullptr);
+    gemm(stream, a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_, cat);
   } else {
     gemm(stream, a.xn, H, n, wq, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv, qkv_ld_);
     gemm(stream, a.xn, H, n, wk, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q, qkv_ld_);
     gemm(stream, a.xn, H, n, wv, nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + Q + KV, qkv_ld_);
   }
-  if (!fuse_qk) QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
+  QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
   QSP_CUDA_CHECK(kern::attention(at, stream));
   gemm(stream, a.att, Q, n, W(L[kWo], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
 }
@@ -309,11 +306,10 @@ void CudaBackend::poison_scratch(Rank& r, const PrefillChunk& c, bool capturing)
 // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
 void CudaBackend::gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
                        const kern::DWeight* w2, kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo,
-                       const kern::DWeight* cat, const kern::QkRopeArgs* qk) {
+                       const kern::DWeight* cat) {
   kern::GemmArgs g;
   g.x = x;
   g.ldx = ldx;
-  g.qk = qk;
   g.M = M;
   g.w = w;
   if (w2) g.w2 = *w2;

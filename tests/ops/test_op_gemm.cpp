@@ -170,73 +170,6 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
   CUDA_REQUIRE(cudaDeviceSynchronize());
 }
 
-// The overlapped decode (kWgmmaOverlap: chunk kt + 1's fragments decoded
-// while chunk kt's wgmmas run, two register sets, the loop unrolled by two),
-// forced: every wgmma format, an odd and an even chunk count (the unrolled
-// loop's two exits), every token tile and K split (splits leave ranks with
-// 0, 1 and 2 chunks), every epilogue, the row groups of Q | K | V.
-TEST_CASE("op gemm: wgmma with the overlapped decode, every format, forced", "[gpu][gemm][wgmma][kquant]") {
-  QSP_REQUIRE_GPU();
-  if (!gemm_wgmma_runs()) {
-    CHECK(device_major() != 9);
-    std::printf("SKIPPED: wgmma GEMM path (needs sm_90a)\n");
-    return;
-  }
-  uint64_t seed = 3700;
-  const struct {
-    int32_t dt;
-    int64_t N, K;
-    std::vector<int> Ms, tiles, splits;
-  } cases[] = {
-      {QSP_DTYPE_Q4_0, 4096, 4096, {17, 300}, {256, 128}, {1, 2, 8}},  // Qwen3-8B q / o: 64 chunks
-      {QSP_DTYPE_Q4_0, 1000, 160, {17, 65}, {256, 128}, {1, 2, 4}},    // 3 chunks (odd), N % 128 != 0
-      {QSP_DTYPE_Q8_0, 1024, 3072, {33, 513}, {0}, {0}},               // Qwen3-0.6B down, the plan's tile
-      {QSP_DTYPE_Q4_1, 1000, 352, {100}, {256, 128}, {1, 2}},          // 6 chunks, the last one half
-      {QSP_DTYPE_Q5_0, 2048, 1024, {40}, {128}, {1, 4}},
-      {QSP_DTYPE_Q5_1, 1000, 160, {300}, {256}, {1}},
-      {QSP_DTYPE_Q2_K, 1000, 768, {64}, {128}, {1, 2}},                // 12 chunks
-      {QSP_DTYPE_Q3_K, 2048, 1280, {100}, {256, 128}, {1, 4}},         // 20 chunks
-      {QSP_DTYPE_Q4_K, 4096, 4096, {64, 513}, {0}, {0}},
-      {QSP_DTYPE_Q4_K, 1000, 256, {17}, {128}, {1, 2, 4, 8}},          // 4 chunks: ranks of 0 and 1
-      {QSP_DTYPE_Q5_K, 2048, 1280, {300}, {256}, {1, 2}},
-      {QSP_DTYPE_Q6_K, 4096, 12288, {100}, {128}, {2}},                // Qwen3-8B down
-      {QSP_DTYPE_Q6_K, 1000, 768, {17, 257}, {256, 128}, {1, 8}},
-  };
-  for (const auto& c : cases) {
-    INFO(qsp_dtype_name(c.dt) << " " << c.N << " x " << c.K);
-    OpWeight w(c.dt, c.N, c.K, seed++), w2(c.dt, c.N, c.K, seed++);
-    gemm_sweep(w, w2, c.Ms, seed++, GemmPath::kWgmmaOverlap, c.tiles, c.splits);
-  }
-  for (const int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K}) {  // Qwen3-8B's Q | K | V, one launch
-    OpWeight wq(dt, 4096, 4096, seed++), wk(dt, 1024, 4096, seed++), wv(dt, 1024, 4096, seed++);
-    const int64_t N = wq.N + wk.N + wv.N;
-    OpActs x(100, 4096, 4096, seed++);
-    const std::vector<int> rows = sample_rows(100);
-    const std::vector<float> rq = cpu_matmul(wq, x, rows), rk = cpu_matmul(wk, x, rows), rv = cpu_matmul(wv, x, rows);
-    std::vector<float> ref(rows.size() * size_t(N));
-    for (size_t j = 0; j < rows.size(); ++j) {
-      std::copy(rq.begin() + j * wq.N, rq.begin() + (j + 1) * wq.N, ref.begin() + j * N);
-      std::copy(rk.begin() + j * wk.N, rk.begin() + (j + 1) * wk.N, ref.begin() + j * N + wq.N);
-      std::copy(rv.begin() + j * wv.N, rv.begin() + (j + 1) * wv.N, ref.begin() + j * N + wq.N + wk.N);
-    }
-    check_gemm(wq, nullptr, x, Epilogue::kStoreF32, int(N), rows, ref, nullptr, seed++, GemmPath::kWgmmaOverlap, &wk,
-               &wv);
-  }
-  // Refused like kWgmma: M <= 16 (a GEMV's), fp16 weights.
-  OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11), wf(QSP_DTYPE_F16, 128, 64, 9);
-  OpActs x(32, 64, 64, 10);
-  DevBuf out(size_t(32) * 128 * 4);
-  GemmArgs a = forced_wgmma(wq, x, out.as<float>());
-  a.path = GemmPath::kWgmmaOverlap;
-  a.M = 16;
-  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorNotSupported);
-  a.M = 32;
-  a.w = wf.dw;
-  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorNotSupported);
-  CUDA_REQUIRE(cudaGetLastError());
-  CUDA_REQUIRE(cudaDeviceSynchronize());
-}
-
 // Small enough for compute-sanitizer's racecheck: the GEMV (M <= 8 and
 // <= 16), mma.sync (cluster split-K where the plan takes it) and wgmma
 // (every token tile, K split), every epilogue, Q4_0 / Q8_0 / F16.
@@ -504,7 +437,7 @@ TEST_CASE("op gemm: rejects unsupported input without launching", "[gpu][gemm]")
   CUDA_REQUIRE(qsp::kern::gemm(good, nullptr));
   CUDA_REQUIRE(cudaDeviceSynchronize());
 
-  std::vector<GemmArgs> bad(12, good);
+  std::vector<GemmArgs> bad(13, good);
   bad[0].M = 0;
   bad[1].x = nullptr;
   bad[2].ldx = 120;                         // < K
@@ -519,6 +452,7 @@ TEST_CASE("op gemm: rejects unsupported input without launching", "[gpu][gemm]")
   bad[9].ep = static_cast<Epilogue>(7);
   bad[10].path = static_cast<GemmPath>(6);
   bad[11].path = static_cast<GemmPath>(4);  // unused (the bulk-copy GEMV's, removed)
+  bad[12].path = static_cast<GemmPath>(5);  // unused (the wgmma overlapped decode's, removed)
   for (size_t i = 0; i < bad.size(); ++i) {
     INFO("bad case " << i);
     CHECK(qsp::kern::gemm(bad[i], nullptr) == cudaErrorInvalidValue);
