@@ -312,6 +312,22 @@ int run(int argc, char** argv) {
             CK(qsp::kern::gemm(p, nullptr));
           });
         };
+        if (M <= 16) {
+          // The GEMV's experiments forced, weight GB/s side by side (docs/API.md:
+          // QSP_L2_PREFETCH, QSP_GEMV_WIDE; the row above is gemm()'s own pick).
+          const auto variant_ms = [&](bool prefetch, bool wide) {
+            qsp::kern::GemmArgs p = a;
+            p.gemv_l2_prefetch = prefetch;
+            p.gemv_wide = wide;
+            return time_ms([&] {
+              p.w.data = wq.take();
+              CK(qsp::kern::gemm(p, nullptr));
+            });
+          };
+          const double tp = variant_ms(true, false), tw = variant_ms(false, true), tb = variant_ms(true, true);
+          std::printf("%-10s %-12s %5d %-5s   gemv GB/s: L2 prefetch %6.0f, wide %6.0f, both %6.0f\n", sh.what, nk, M,
+                      fname, wbytes / tp * 1e-6, wbytes / tw * 1e-6, wbytes / tb * 1e-6);
+        }
         if (M > 16 && f != WFormat::kF16) {
           // Each kernel family forced (the row above is gemm()'s own pick).
           const double t0 = forced_ms(qsp::kern::GemmPath::kMma), t1 = forced_ms(qsp::kern::GemmPath::kWgmma);

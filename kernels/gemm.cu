@@ -113,9 +113,9 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
   if (e != cudaSuccess) return e;
   if (M <= 16) {
     KArgs v = a;
-    v.l2_prefetch = gemv_prefetch_default();  // compiles to nothing before sm_90
+    v.l2_prefetch = a.l2_prefetch || gemv_prefetch_default();  // compiles to nothing before sm_90
     // At most two blocks per SM at once: 12 warps each fill what three of 8 would.
-    v.wide = gemv_wide_default() && a.tiles <= 2 * std::max(1, sm_count(dev));
+    v.wide = (a.wide || gemv_wide_default()) && a.tiles <= 2 * std::max(1, sm_count(dev));
     return launch_gemv(v, f, ep, stream);
   }
   const bool dual = ep == Epilogue::kSwiGLU;
@@ -248,7 +248,8 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     }
   }
   a.chunks_per_split = a.KC;
-  a.l2_prefetch = a.wide = false;
+  a.l2_prefetch = g.gemv_l2_prefetch;
+  a.wide = g.gemv_wide;
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;
   a.o.ldo = g.ldo;

@@ -126,6 +126,12 @@ struct GemmArgs {
   // path == kWgmma.
   int32_t wg_tile = 0;
   int32_t wg_splits = 0;
+  // Tests and benchmarks: the GEMV's experiments on for this call whatever
+  // the environment says ($QSP_L2_PREFETCH, $QSP_GEMV_WIDE; docs/API.md):
+  // its blocks' weights asked of L2 at their start, 12-warp blocks where
+  // tiles are few (M <= 8). M <= 16 only; no effect elsewhere.
+  bool gemv_l2_prefetch = false;
+  bool gemv_wide = false;
 };
 
 // Any M >= 1 (small M takes a GEMV path). Returns cudaErrorInvalidValue for

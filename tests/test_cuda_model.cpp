@@ -102,9 +102,11 @@ void compare_lengths(const ModelSpec& spec, const std::vector<uint32_t>& lengths
 }
 
 // A K-quant mix as llama.cpp's quantizer writes it: `main` for most matrices
-// and the embedding, `big` for every ffn_down and the (untied) LM head
-// (Q4_K_M: Q4_K + Q6_K; Q5_K_M: Q5_K + Q6_K). Built from a spec of `main`,
-// then those tensors re-drawn in `big` under the same handles.
+// and the embedding, `big` for every ffn_down, the attn_v of every other
+// layer (llama.cpp: the first and last eighth and every third between) and
+// the (untied) LM head (Q4_K_M: Q4_K + Q6_K; Q5_K_M: Q5_K + Q6_K). Built from
+// a spec of `main`, then those tensors re-drawn in `big` under the same
+// handles. The layers whose V is `big` run Q | K as one GEMM and V apart.
 TestModel kquant_mix_model(ModelSpec spec, int32_t main, int32_t big) {
   spec.wtype = main;
   spec.embd_type = main;
@@ -112,9 +114,14 @@ TestModel kquant_mix_model(ModelSpec spec, int32_t main, int32_t big) {
   TestModel m = make_model(spec);
   std::mt19937_64 rng(spec.seed * 7919 + 3);
   const uint64_t H = spec.hidden;
-  for (auto& L : m.layers) {
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    auto& L = m.layers[l];
     HostTensor& d = L[kWDown];
     d = make_tensor(rng, d.handle, big, d.rows, d.cols, 0.0f, 0.6f / std::sqrt(float(spec.ffn)));
+    if (l % 2 == 0) {
+      HostTensor& v = L[kWv];
+      v = make_tensor(rng, v.handle, big, v.rows, v.cols, 0.0f, 0.6f / std::sqrt(float(H)));
+    }
   }
   m.lm_head = make_tensor(rng, m.lm_head.handle, big, spec.vocab, H, 0.0f, 2.0f / std::sqrt(float(H)));
   return m;

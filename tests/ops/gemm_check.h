@@ -36,7 +36,8 @@ inline const char* ep_name(Epilogue ep) {
 inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, Epilogue ep, int ldo,
                        const std::vector<int>& rows, const std::vector<float>& ref, const std::vector<float>* ref2,
                        uint64_t seed, GemmPath path = GemmPath::kAuto, const OpWeight* cat0 = nullptr,
-                       const OpWeight* cat1 = nullptr, int wg_tile = 0, int wg_splits = 0) {
+                       const OpWeight* cat1 = nullptr, int wg_tile = 0, int wg_splits = 0,
+                       int gemv_variant = 0) {  // bit 0: GemmArgs::gemv_l2_prefetch, bit 1: gemv_wide
   const int M = x.M;
   const int64_t N = w.N + (cat0 ? cat0->N : 0) + (cat1 ? cat1->N : 0);
   const bool half_out = ep == Epilogue::kStoreF16 || ep == Epilogue::kSwiGLU;
@@ -44,7 +45,7 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
   const size_t count = size_t(M) * size_t(ldo);
   INFO("gemm " << N << "x" << w.K << (cat0 ? " (row groups)" : "") << " dtype " << qsp_dtype_name(w.dtype)
                << " M=" << M << " ldx=" << x.ldx << " ldo=" << ldo << " " << ep_name(ep) << " path " << int(path)
-               << " wgmma tile " << wg_tile << " splits " << wg_splits);
+               << " wgmma tile " << wg_tile << " splits " << wg_splits << " gemv variant " << gemv_variant);
 
   // Initial output bytes: NaN poison, or random residuals for kAddF32.
   std::vector<uint8_t> init(count * esz, 0xff);
@@ -69,6 +70,8 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
   a.path = path;
   a.wg_tile = wg_tile;
   a.wg_splits = wg_splits;
+  a.gemv_l2_prefetch = (gemv_variant & 1) != 0;
+  a.gemv_wide = (gemv_variant & 2) != 0;
   if (cat0) a.wcat[0] = cat0->dw;
   if (cat1) a.wcat[1] = cat1->dw;
   CUDA_REQUIRE(qsp::kern::gemm(a, nullptr));

@@ -173,6 +173,40 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
 // Small enough for compute-sanitizer's racecheck: the GEMV (M <= 8 and
 // <= 16), mma.sync (cluster split-K where the plan takes it) and wgmma
 // (every token tile, K split), every epilogue, Q4_0 / Q8_0 / F16.
+// The GEMV's experiments (docs/API.md: QSP_L2_PREFETCH, QSP_GEMV_WIDE),
+// forced per call: the same values as the CPU op, every tiled format, the
+// Q | K | V row group and the SwiGLU pair, K = 4096 and 14336 (12 warps with
+// 2 and 4 rounds of chunks), M = 1, 5, 16 (wide applies to M <= 8 only).
+TEST_CASE("op gemm: the GEMV with its L2 prefetch and wide blocks", "[gpu][gemm][gemv]") {
+  QSP_REQUIRE_GPU();
+  uint64_t seed = 5100;
+  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q6_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q5_1}) {
+    for (int64_t K : {int64_t(4096), int64_t(14336)}) {
+      const int64_t N = K == 4096 ? 1024 : 512;
+      OpWeight w(dt, N, K, seed++), w2(dt, N, K, seed++), wk(dt, 256, K, seed++);
+      for (int M : {1, 5, 16}) {
+        OpActs x(M, int(K), int(K), seed++);
+        const std::vector<int> rows = sample_rows(M);
+        const std::vector<float> r1 = cpu_matmul(w, x, rows), r2 = cpu_matmul(w2, x, rows);
+        const std::vector<float> rk = cpu_matmul(wk, x, rows);
+        std::vector<float> rg(rows.size() * size_t(N + 256));
+        for (size_t j = 0; j < rows.size(); ++j) {
+          std::copy(r1.begin() + j * N, r1.begin() + (j + 1) * N, rg.begin() + j * (N + 256));
+          std::copy(rk.begin() + j * 256, rk.begin() + (j + 1) * 256, rg.begin() + j * (N + 256) + N);
+        }
+        for (int v : {1, 2, 3}) {
+          check_gemm(w, nullptr, x, Epilogue::kAddF32, int(N), rows, r1, nullptr, seed++, kAuto, nullptr, nullptr, 0,
+                     0, v);
+          check_gemm(w, &w2, x, Epilogue::kSwiGLU, int(N) + 8, rows, r1, &r2, seed++, kAuto, nullptr, nullptr, 0, 0,
+                     v);
+          check_gemm(w, nullptr, x, Epilogue::kStoreF32, int(N + 256), rows, rg, nullptr, seed++, kAuto, &wk, nullptr,
+                     0, 0, v);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("op gemm: every kernel path on small shapes", "[gpu][gemm][sanitize]") {
   QSP_REQUIRE_GPU();
   run_cases({
@@ -391,6 +425,28 @@ TEST_CASE("op gemm: row groups (Q | K | V in one launch)", "[gpu][gemm][wgmma]")
         check_gemm(wq, nullptr, x, Epilogue::kStoreF32, int(N) + 4, rows, ref, nullptr, seed++, p, &wk, &wv);
         check_gemm(wq, nullptr, x, Epilogue::kAddF32, int(N), rows, ref, nullptr, seed++, p, &wk, &wv);
       }
+    }
+  }
+  // Two-member groups: Q | K of one format, V apart (the Q4_K_M layers whose
+  // V is Q6_K run so, src/cuda/cuda_pass.cu), and K | V after a Q of another.
+  const RowGroupCase pairs[] = {{QSP_DTYPE_Q4_K, 4096, 1024, 0, 4096}, {QSP_DTYPE_Q6_K, 2048, 1024, 0, 1024},
+                                {QSP_DTYPE_Q4_0, 1024, 1024, 0, 1024}};
+  for (const RowGroupCase& c : pairs) {
+    OpWeight wq(c.dtype, c.q, c.K, seed++), wk(c.dtype, c.k, c.K, seed++);
+    const int64_t N = c.q + c.k;
+    for (int M : {1, 9, 100}) {
+      OpActs x(M, int(c.K), int(c.K), seed++);
+      const std::vector<int> rows = sample_rows(M);
+      const std::vector<float> rq = cpu_matmul(wq, x, rows), rk = cpu_matmul(wk, x, rows);
+      std::vector<float> ref(rows.size() * size_t(N));
+      for (size_t j = 0; j < rows.size(); ++j) {
+        std::copy(rq.begin() + j * c.q, rq.begin() + (j + 1) * c.q, ref.begin() + j * N);
+        std::copy(rk.begin() + j * c.k, rk.begin() + (j + 1) * c.k, ref.begin() + j * N + c.q);
+      }
+      std::vector<GemmPath> paths = {kAuto};
+      if (M > 16) paths.push_back(kMma);
+      if (M > 16 && wg) paths.push_back(kWgmma);
+      for (GemmPath p : paths) check_gemm(wq, nullptr, x, Epilogue::kStoreF32, int(N), rows, ref, nullptr, seed++, p, &wk);
     }
   }
   // A group whose first member is not a whole number of tiles is refused.
