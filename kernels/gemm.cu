@@ -226,6 +226,10 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (half_out ? g.out_h == nullptr : g.out_f == nullptr) return cudaErrorInvalidValue;
+  if (g.tail_norm_out && (g.ep != Epilogue::kAddF32 || g.M > 16 || !g.tail_norm_w || !g.tail_norm_counter ||
+                          !(g.tail_norm_eps >= 0.0f))) {
+    return cudaErrorInvalidValue;
+  }
 
   KArgs a;
   a.x = g.x;
@@ -250,6 +254,10 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   a.chunks_per_split = a.KC;
   a.l2_prefetch = g.gemv_l2_prefetch;
   a.wide = g.gemv_wide;
+  a.nw = g.tail_norm_w;
+  a.nout = g.tail_norm_out;
+  a.eps = g.tail_norm_eps;
+  a.counter = g.tail_norm_counter;
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;
   a.o.ldo = g.ldo;

@@ -30,6 +30,13 @@ struct KArgs {
   OutArgs o;
   bool l2_prefetch;          // the GEMV asks L2 for its block's weights at its start ($QSP_L2_PREFETCH)
   bool wide;                 // the GEMV may take up to 12 warps per block where tiles are few ($QSP_GEMV_WIDE)
+  // GemmArgs::tail_norm_*: after a kAddF32 GEMV, the last block to finish
+  // writes half(rmsnorm(out rows) * nw) to nout ([M][N]); counter: a zeroed
+  // device int it counts blocks in and leaves zeroed. nout == nullptr: none.
+  const float* nw;
+  __half* nout;
+  float eps;
+  int32_t* counter;
 };
 
 // ---- Tile configurations of the mma.sync kernel --------------------------------------------

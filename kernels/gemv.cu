@@ -203,6 +203,45 @@ __device__ __forceinline__ void prefetch_tile(const KArgs& a, const WLoc& loc, i
   }
 }
 
+// The RMSNorm after a residual GEMV (KArgs::nout; $QSP_FUSE_NORM_TAIL in the
+// CUDA backend), done by the block that finishes last, so the decode step
+// launches no rmsnorm of its own: each block publishes its stores
+// (__threadfence) and counts itself in; the last one reads the whole rows
+// back through L2 (ld.global.cg: other SMs wrote them), forms
+// rmsnorm_f16's values in its order of operations, and zeroes the counter
+// for the next launch (a graph replays the same one).
+__device__ __noinline__ void tail_norm(const KArgs& a) {
+  __shared__ int last;
+  __shared__ float part[kMaxWarpsWide];
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1) == int(gridDim.x) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
+  const int N = a.o.N;
+  for (int m = 0; m < a.o.M; ++m) {
+    const float* xr = a.o.out_f + size_t(m) * size_t(a.o.ldo);
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) {
+      const float v = __ldcg(xr + i);
+      ss = fmaf(v, v, ss);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0) part[warp] = ss;
+    __syncthreads();
+    float t = 0.0f;
+    for (int w = 0; w < kw; ++w) t += part[w];
+    const float scale = 1.0f / sqrtf(t / float(N) + a.eps);
+    __half* yr = a.nout + size_t(m) * size_t(N);
+    for (int i = threadIdx.x; i < N; i += blockDim.x) yr[i] = __float2half_rn(__ldcg(xr + i) * scale * a.nw[i]);
+    __syncthreads();  // part[] is reused by the next row
+  }
+  if (threadIdx.x == 0) *a.counter = 0;
+}
+
 }  // namespace gemv
 
 // grid = (tiles); block = 32 * kw threads, kw <= MaxW warps that split the
@@ -270,6 +309,9 @@ __global__ void __launch_bounds__(MaxW * 32, MaxW == gemv::kMaxWarps ? (MT == 1 
 
   pdl_wait();  // a warp with no chunk (kw <= KC / U: none today) still waits before the epilogue
   gemv::reduce_store<EP, NM, MT>(red, acc, a, tile);
+  if constexpr (EP == Epilogue::kAddF32) {
+    if (a.nout) gemv::tail_norm(a);
+  }
 }
 
 // Registers counted per chunk of each of the two matrices of the SwiGLU

@@ -132,6 +132,17 @@ struct GemmArgs {
   // tiles are few (M <= 8). M <= 16 only; no effect elsewhere.
   bool gemv_l2_prefetch = false;
   bool gemv_wide = false;
+  // Optional, kAddF32 with M <= 16 only (the GEMV): after the residual add,
+  // tail_norm_out[m][i] = half(out_f[m][i] * tail_norm_w[i] /
+  // sqrt(mean_i(out_f[m][i]^2) + tail_norm_eps)) for the M rows, i < N, as
+  // rmsnorm_f16 would give (up to the order of the sum): the next RMSNorm
+  // without a launch of its own. tail_norm_counter: a device int, zero
+  // before the call and left zero after it (one per stream: calls on one
+  // stream may share it).
+  const float* tail_norm_w = nullptr;
+  __half* tail_norm_out = nullptr;
+  float tail_norm_eps = 0.0f;
+  int32_t* tail_norm_counter = nullptr;
 };
 
 // Any M >= 1 (small M takes a GEMV path). Returns cudaErrorInvalidValue for

@@ -102,14 +102,16 @@ void CudaBackend::enqueue(const ModelTensors& w, const PrefillChunk& c, bool cap
     kv.past = d_small;
     kvs.push_back(kv);
   }
-  enqueue_layers(w, n, acts.data(), kvs.data());
+  const bool fuse_final = fuse_tail(n) && n == 1;  // the last down GEMV forms xn
+  enqueue_layers(w, n, acts.data(), kvs.data(), fuse_final);
   if (!c.want_logits) return;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     Rank& r = *ranks_[i];
     const Acts& a = acts[i];
     on_device(r);
-    QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x + size_t(n - 1) * H, H, V(w[kOutputNorm], r.first), a.xn, 1, H,
-                                     cfg_.rms_eps, r.stream));
+    if (!fuse_final)
+      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x + size_t(n - 1) * H, H, V(w[kOutputNorm], r.first), a.xn, 1, H,
+                                       cfg_.rms_eps, r.stream));
     float* lg = as<float>(r.logits);
     const int32_t rows = int32_t(r.vocab_end - r.vocab_begin);
     lm_head(w, r, a.xn, 1, lg, rows);
@@ -142,32 +144,49 @@ void CudaBackend::pick_greedy() {
 // Every layer over n tokens already embedded in each rank's acts[i].x
 // (the residual stream): per block, each rank's shards in turn, then the
 // all-reduce across ranks.
-void CudaBackend::enqueue_layers(const ModelTensors& w, int32_t n, const Acts* acts, const KvTarget* kvs) {
+void CudaBackend::enqueue_layers(const ModelTensors& w, int32_t n, const Acts* acts, const KvTarget* kvs,
+                                 bool fuse_final) {
   const ModelConfig& m = cfg_;
   const int32_t H = int32_t(m.hidden);
+  // With the tail norms (fuse_tail: one rank, one shard) the O GEMV forms
+  // the FFN's input norm and the down GEMV the next layer's (or, with
+  // fuse_final, the output norm of the one token).
+  const bool tail = fuse_tail(n);
   for (uint32_t l = 0; l < m.n_layers; ++l) {
     const LayerTensors& L = w.layers[l];
     for (size_t i = 0; i < ranks_.size(); ++i) {
       Rank& r = *ranks_[i];
       const Acts& a = acts[i];
       on_device(r);
-      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kAttnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
-      for (uint32_t s = r.first; s < r.first + r.count; ++s) enqueue_attention(L, l, r, s, n, a, kvs[i]);
+      if (!tail || l == 0)
+        QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kAttnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
+      const TailNorm ffn_in = tail_norm(r, L[kFfnNorm], a.xn);
+      for (uint32_t s = r.first; s < r.first + r.count; ++s)
+        enqueue_attention(L, l, r, s, n, a, kvs[i], tail ? &ffn_in : nullptr);
     }
     all_reduce(acts, n);
     for (size_t i = 0; i < ranks_.size(); ++i) {
       Rank& r = *ranks_[i];
       const Acts& a = acts[i];
       on_device(r);
-      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kFfnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
+      if (!tail)
+        QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kFfnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
+      const bool last = l + 1 == m.n_layers;
+      const TailNorm next = tail_norm(r, last ? w[kOutputNorm] : w.layers[l + 1][kAttnNorm], a.xn);
+      const TailNorm* down_tail = tail && (!last || fuse_final) ? &next : nullptr;
       for (uint32_t s = r.first; s < r.first + r.count; ++s) {
         gemm(r.stream, a.xn, H, n, W(L[kWGate], s), &W(L[kWUp], s), kern::Epilogue::kSwiGLU, a.act, nullptr,
              sh_ffn_);
-        gemm(r.stream, a.act, sh_ffn_, n, W(L[kWDown], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
+        gemm(r.stream, a.act, sh_ffn_, n, W(L[kWDown], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H, nullptr,
+             down_tail);
       }
     }
     all_reduce(acts, n);
   }
+}
+
+CudaBackend::TailNorm CudaBackend::tail_norm(Rank& r, const TensorRef& norm, __half* out) const {
+  return TailNorm{V(norm, r.first), out, cfg_.rms_eps, as<int32_t>(r.small) + 2 + chunk_};
 }
 
 // The residual streams of all ranks summed in place (one rank without a
@@ -218,7 +237,7 @@ void CudaBackend::local_all_reduce(const Acts* acts, int32_t n) {
 // QK-norm + RoPE with its KV-cache write, attention, and its columns of wo
 // into a.x (sum_epilogue).
 void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n,
-                                    const Acts& a, const KvTarget& kv) {
+                                    const Acts& a, const KvTarget& kv, const TailNorm* tail) {
   const ModelConfig& m = cfg_;
   const int32_t H = int32_t(m.hidden), Q = sh_q_, KV = sh_kv_;
   const cudaStream_t stream = r.stream;
@@ -283,7 +302,7 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
   }
   QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
   QSP_CUDA_CHECK(kern::attention(at, stream));
-  gemm(stream, a.att, Q, n, W(L[kWo], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
+  gemm(stream, a.att, Q, n, W(L[kWo], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H, nullptr, tail);
 }
 
 // The logits of M normed rows xn on rank r: each of its shards' vocabulary
@@ -311,7 +330,7 @@ void CudaBackend::poison_scratch(Rank& r, const PrefillChunk& c, bool capturing)
 // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
 void CudaBackend::gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
                        const kern::DWeight* w2, kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo,
-                       const kern::DWeight* cat) {
+                       const kern::DWeight* cat, const TailNorm* tail) {
   kern::GemmArgs g;
   g.x = x;
   g.ldx = ldx;
@@ -319,6 +338,12 @@ void CudaBackend::gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_
   g.w = w;
   if (w2) g.w2 = *w2;
   if (cat) g.wcat[0] = cat[0], g.wcat[1] = cat[1];
+  if (tail) {
+    g.tail_norm_w = tail->w;
+    g.tail_norm_out = tail->out;
+    g.tail_norm_eps = tail->eps;
+    g.tail_norm_counter = tail->counter;
+  }
   g.ep = ep;
   g.out_h = out_h;
   g.out_f = out_f;
