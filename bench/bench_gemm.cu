@@ -3,7 +3,8 @@
 //
 //   cmake --build build --target bench_gemm    (the GEMM is kernels/gemm*.cu, kernels/gemv.cu)
 //   ./bench_gemm [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu] [--m LIST] [--sweep]
-//   --sweep: also every wgmma token tile x K split forced (the plan model's data)
+//   --sweep: also every wgmma token tile x K split forced (the plan model's data),
+//            with the weights per tile and by tensor maps ($QSP_WGMMA_TMA_W)
 //
 // Method: CUDA events around batches of launches (a batch lasts >= ~200 us,
 // so tiny GEMVs are not dominated by event resolution), median of 21
@@ -297,11 +298,12 @@ int run(int argc, char** argv) {
 
         // Milliseconds of gemm() with `path` forced (and the wgmma tile / K
         // splits); 0 where that cannot run.
-        const auto forced_ms = [&](qsp::kern::GemmPath path, int wg_tile = 0, int wg_splits = 0) {
+        const auto forced_ms = [&](qsp::kern::GemmPath path, int wg_tile = 0, int wg_splits = 0, bool tma_w = false) {
           qsp::kern::GemmArgs p = a;
           p.path = path;
           p.wg_tile = wg_tile;
           p.wg_splits = wg_splits;
+          p.wgmma_tma_weights = tma_w;
           p.w.data = wq.first();
           if (qsp::kern::gemm(p, nullptr) != cudaSuccess) {
             (void)cudaGetLastError();
@@ -330,23 +332,30 @@ int run(int argc, char** argv) {
         }
         if (M > 16 && f != WFormat::kF16) {
           // Each kernel family forced (the row above is gemm()'s own pick).
-          const double t0 = forced_ms(qsp::kern::GemmPath::kMma), t1 = forced_ms(qsp::kern::GemmPath::kWgmma);
-          std::printf("%-10s %-12s %5d %-5s   paths: mma.sync %6.1f TFLOPS, wgmma %6.1f TFLOPS\n", sh.what, nk, M,
-                      fname, t0 > 0 ? flop / t0 * 1e-9 : 0.0, t1 > 0 ? flop / t1 * 1e-9 : 0.0);
+          // wgmma twice: its weights per tile (bulk copies) and by tensor maps
+          // ($QSP_WGMMA_TMA_W; docs/API.md).
+          const double t0 = forced_ms(qsp::kern::GemmPath::kMma), t1 = forced_ms(qsp::kern::GemmPath::kWgmma),
+                       t2 = forced_ms(qsp::kern::GemmPath::kWgmma, 0, 0, true);
+          std::printf("%-10s %-12s %5d %-5s   paths: mma.sync %6.1f TFLOPS, wgmma %6.1f TFLOPS, wgmma tensor-map weights %6.1f\n",
+                      sh.what, nk, M, fname, t0 > 0 ? flop / t0 * 1e-9 : 0.0, t1 > 0 ? flop / t1 * 1e-9 : 0.0,
+                      t2 > 0 ? flop / t2 * 1e-9 : 0.0);
         }
         if (sweep && M > 16 && f != WFormat::kF16) {
-          // Every wgmma token tile x K split forced, TFLOPS (- where it cannot run).
-          std::printf("%-10s %-12s %5d %-5s   wgmma tile/splits:", sh.what, nk, M, fname);
-          for (int bt : {256, 128})
-            for (int ks : {1, 2, 4, 8}) {
-              const double t = forced_ms(qsp::kern::GemmPath::kWgmma, bt, ks);
-              if (t > 0) {
-                std::printf(" %d/%d %.1f", bt, ks, flop / t * 1e-9);
-              } else {
-                std::printf(" %d/%d -", bt, ks);
+          // Every wgmma token tile x K split forced, TFLOPS (- where it cannot
+          // run); a second line with the weights by tensor maps.
+          for (bool tma_w : {false, true}) {
+            std::printf("%-10s %-12s %5d %-5s   wgmma%s tile/splits:", sh.what, nk, M, fname, tma_w ? " tma_w" : "");
+            for (int bt : {256, 128})
+              for (int ks : {1, 2, 4, 8}) {
+                const double t = forced_ms(qsp::kern::GemmPath::kWgmma, bt, ks, tma_w);
+                if (t > 0) {
+                  std::printf(" %d/%d %.1f", bt, ks, flop / t * 1e-9);
+                } else {
+                  std::printf(" %d/%d -", bt, ks);
+                }
               }
-            }
-          std::printf("\n");
+            std::printf("\n");
+          }
         }
         if (swiglu && (sh.N == 12288 || sh.N == 14336)) {
           // Gate and up in one launch (two weights, one fp16 output).

@@ -50,6 +50,7 @@ cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks,
   a.grp = k.grp;
   a.o = k.o;
   a.chunks_per_split = k.KC;
+  a.tma_w = k.tma_w;
   return wgmma::run(a, f, ep, bt, ks, stream);
 }
 
@@ -98,6 +99,13 @@ bool gemv_prefetch_default() {
 }
 bool gemv_wide_default() {
   static const bool on = env_on("QSP_GEMV_WIDE");
+  return on;
+}
+// The wgmma kernel's weights by tensor-map copies, a few per stage instead
+// of two per weight tile (wgmma::Args::tma_w): $QSP_WGMMA_TMA_W=1 (read once;
+// off until measured faster).
+bool wgmma_tma_w_default() {
+  static const bool on = env_on("QSP_WGMMA_TMA_W");
   return on;
 }
 
@@ -149,7 +157,9 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
     }
   }
   if (path == GemmPath::kWgmma || (path == GemmPath::kAuto && best.wgmma)) {
-    return launch_wgmma(a, f, ep, wg_tile ? wg_tile : best.wg.bt, wg_splits ? wg_splits : best.wg.ks, stream);
+    KArgs w = a;
+    if (!w.tma_w && wgmma_tma_w_default()) w.tma_w = 1;
+    return launch_wgmma(w, f, ep, wg_tile ? wg_tile : best.wg.bt, wg_splits ? wg_splits : best.wg.ks, stream);
   }
   return launch_mma(a, f, ep, best.mma.large, best.mma.ks, dev, stream);
 }
@@ -254,6 +264,7 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   a.chunks_per_split = a.KC;
   a.l2_prefetch = g.gemv_l2_prefetch;
   a.wide = g.gemv_wide;
+  a.tma_w = g.wgmma_tma_weights ? 2 : 0;
   a.nw = g.tail_norm_w;
   a.nout = g.tail_norm_out;
   a.eps = g.tail_norm_eps;

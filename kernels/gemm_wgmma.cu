@@ -13,8 +13,9 @@
 //    tile 4w + q, which is exactly one tile of the layout of qweight.cuh.
 //  - Per 64-wide K chunk (one pipeline stage): one producer thread issues
 //    one TMA copy of the X tile [BT][64] fp16 (128-byte swizzle) and 16 bulk
-//    copies of the weight tiles' quant units and scales, all completing on
-//    the stage's "full" mbarrier.
+//    copies of the weight tiles' quant units and scales (or, with
+//    Args::tma_w, one tensor-map copy of each array per matrix: WMaps), all
+//    completing on the stage's "full" mbarrier.
 //  - A consumer warp reads its lane word (one LDS.128 for Q4_0, two for Q8_0)
 //    and its scales (WTraits::wg_frags), decodes the four k steps' A fragments (the mma.sync A
 //    fragment layout is wgmma's per-warp A layout) and issues four
@@ -35,6 +36,7 @@
 // warpgroup stays alive for the cluster barriers. A separate instantiation:
 // the split code in the one kernel cost the unsplit path ~5-15% at M = 2048.
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/formats/formats.cuh"
 #include "kernels/gemm_wgmma.h"
@@ -77,9 +79,31 @@ struct Layout {
   static_assert(kStages >= 2, "pipeline needs two stages");
 };
 
+// The weights of a stage by tensor-map copies (Args::tma_w): per matrix
+// (kSwiGLU: gate, up; otherwise the row groups of W, unused ones zero) a map
+// of its quant units and one of its scales (sm90::encode_units_3d), a box
+// being one K chunk of the block's tiles (kVT, or kVT / 2 of gate and of up),
+// so a stage takes 3 (5 for kSwiGLU) copies instead of 1 + 2 * kVT. A block
+// across two matrices of a row group keeps the copies per tile. Tiles past a
+// matrix's end read as zero (their rows are not stored).
+struct WMaps {
+  CUtensorMap q[3], s[3];
+};
+
+// Whether format F's units fit the maps: 16-byte multiples of at most 1024
+// bytes (a box dimension of 32-bit elements holds at most 256), each box
+// landing 128-byte aligned in the stage (up's half of a kSwiGLU stage too).
+template <WFormat F>
+constexpr bool tma_w_fits() {
+  using T = WTraits<F>;
+  return T::kUnit % 16 == 0 && T::kUnit <= 1024 && T::kScaleUnit % 16 == 0 && T::kScaleUnit <= 1024 &&
+         (kVT / 2 * T::kUnit) % 128 == 0 && (kVT / 2 * T::kScaleUnit) % 128 == 0;
+}
+
 // ---- The kernel ------------------------------------------------------------------------------
 template <WFormat F, int BT, Epilogue EP, bool kSplit>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const Args a) {
+__global__ void __launch_bounds__(kThreads, 1)
+    wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ WMaps wm, const Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   pdl_wait();  // kernels/pdl.h
   pdl_launch_dependents();
@@ -114,25 +138,41 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
       // The block's weight tile v: its matrix, scale offset and tile index
       // there. Past the last tile a real one is loaded (its rows are not stored).
       const int r0 = kDual ? blockIdx.y * 4 : blockIdx.y * kVT;
-      auto produce = [&](auto loc) {
+      // Stage by stage: the X tile, then load_w(quants, scales, chunk, bar).
+      auto produce = [&](auto load_w) {
         for (int kt = 0; kt < nk; ++kt) {
           const int slot = kt % kS;
           if (kt >= kS) mbar_wait(empty0 + 8 * slot, ((kt / kS) - 1) & 1);
           const uint32_t st = base + slot * L::kStage, bar = full0 + 8 * slot;
           mbar_expect_tx(bar, L::kTx);
           tma_load_2d(st, &xmap, (c0 + kt) * 64, m0, bar);
+          load_w(st + L::kXBytes, st + L::kXBytes + L::kQBytes, c0 + kt, bar);
+        }
+      };
+      // One bulk copy per tile and array; loc(v): tile v's WLoc.
+      auto per_tile = [&](auto loc) {
+        return [&, loc](uint32_t sq, uint32_t ss, int c, uint32_t bar) {
 #pragma unroll
           for (int v = 0; v < kVT; ++v) {
             const WLoc w = loc(v);
-            const uint32_t unit = uint32_t(w.tile) * uint32_t(a.KC) + uint32_t(c0 + kt);
-            bulk_load(st + L::kXBytes + v * L::kUnit, w.base + size_t(unit) * L::kUnit, L::kUnit, bar);
-            bulk_load(st + L::kXBytes + L::kQBytes + v * L::kSUnit, w.base + w.soff + size_t(unit) * L::kSUnit,
-                      L::kSUnit, bar);
+            const uint32_t unit = uint32_t(w.tile) * uint32_t(a.KC) + uint32_t(c);
+            bulk_load(sq + v * L::kUnit, w.base + size_t(unit) * L::kUnit, L::kUnit, bar);
+            bulk_load(ss + v * L::kSUnit, w.base + w.soff + size_t(unit) * L::kSUnit, L::kSUnit, bar);
           }
-        }
+        };
       };
+      constexpr bool kTmaW = tma_w_fits<F>();
       if (kDual) {
-        produce([&](int v) { return WLoc{v / 4 ? a.w[1] : a.w[0], a.scale_off, min(r0 + v % 4, a.tiles - 1)}; });
+        if (kTmaW && a.tma_w) {
+          produce([&](uint32_t sq, uint32_t ss, int c, uint32_t bar) {
+            tma_load_3d(sq, &wm.q[0], 0, c, r0, bar);
+            tma_load_3d(sq + (kVT / 2) * L::kUnit, &wm.q[1], 0, c, r0, bar);
+            tma_load_3d(ss, &wm.s[0], 0, c, r0, bar);
+            tma_load_3d(ss + (kVT / 2) * L::kSUnit, &wm.s[1], 0, c, r0, bar);
+          });
+        } else {
+          produce(per_tile([&](int v) { return WLoc{v / 4 ? a.w[1] : a.w[0], a.scale_off, min(r0 + v % 4, a.tiles - 1)}; }));
+        }
       } else {
         // One thread with 40 registers (setmaxnreg.dec) issues every copy:
         // the lookup must not run per copy. A block inside one matrix of the
@@ -141,9 +181,20 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
         const int rl = min(r0 + kVT - 1, a.tiles - 1);
         const WLoc w0 = locate(a.grp, r0), wl = locate(a.grp, rl);
         if (wl.base == w0.base && wl.tile - w0.tile == rl - r0) {
-          produce([&](int v) { return WLoc{w0.base, w0.soff, w0.tile + min(r0 + v, a.tiles - 1) - r0}; });
+          if (kTmaW && a.tma_w) {
+            const int mi = (r0 >= a.grp.tend[0]) + (r0 >= a.grp.tend[1]);  // locate's matrix
+            const CUtensorMap* qm = mi == 0 ? &wm.q[0] : mi == 1 ? &wm.q[1] : &wm.q[2];
+            const CUtensorMap* sm = mi == 0 ? &wm.s[0] : mi == 1 ? &wm.s[1] : &wm.s[2];
+            const int t0 = w0.tile;
+            produce([&](uint32_t sq, uint32_t ss, int c, uint32_t bar) {
+              tma_load_3d(sq, qm, 0, c, t0, bar);
+              tma_load_3d(ss, sm, 0, c, t0, bar);
+            });
+          } else {
+            produce(per_tile([&](int v) { return WLoc{w0.base, w0.soff, w0.tile + min(r0 + v, a.tiles - 1) - r0}; }));
+          }
         } else {
-          produce([&](int v) { return locate(a.grp, min(r0 + v, a.tiles - 1)); });
+          produce(per_tile([&](int v) { return locate(a.grp, min(r0 + v, a.tiles - 1)); }));
         }
       }
     }
@@ -262,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_kernel(const __grid_constan
 
 // ---- Host side ------------------------------------------------------------------------------
 template <WFormat F, int BT, Epilogue EP, bool kSplit>
-cudaError_t launch_one(const Args& a, const CUtensorMap& map, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_one(const Args& a, const CUtensorMap& map, const WMaps& wm, dim3 grid, cudaStream_t stream) {
   using L = Layout<F, BT>;
   auto kernel = wgmma_kernel<F, BT, EP, kSplit>;
   int dev = 0;
@@ -273,9 +324,27 @@ cudaError_t launch_one(const Args& a, const CUtensorMap& map, dim3 grid, cudaStr
     (void)cudaGetLastError();
     return cudaErrorNotSupported;
   }
-  if (!kSplit) return launch_pdl(PdlKernel::kWgmma, kernel, grid, dim3(kThreads), L::kBytes, stream, map, a);
+  if (!kSplit) return launch_pdl(PdlKernel::kWgmma, kernel, grid, dim3(kThreads), L::kBytes, stream, map, wm, a);
   const ClusterZLaunch cl(grid, kThreads, L::kBytes, stream, pdl_enabled(stream, PdlKernel::kWgmma));
-  return cudaLaunchKernelEx(&cl.cfg, kernel, map, a);
+  return cudaLaunchKernelEx(&cl.cfg, kernel, map, wm, a);
+}
+
+// The tensor maps of Args::tma_w's copies (WMaps); false where a map cannot
+// be made (the kernel then copies per tile).
+template <WFormat F>
+bool encode_wmaps(const Args& a, bool dual, WMaps& m) {
+  using T = WTraits<F>;
+  if (!tma_w_fits<F>()) return false;
+  const uint32_t box = dual ? kVT / 2 : kVT, KC = uint32_t(a.KC);
+  const auto pair = [&](int i, const uint8_t* w, uint32_t soff, int32_t tiles) {
+    return sm90::encode_units_3d(&m.q[i], w, T::kUnit, KC, uint32_t(tiles), box) &&
+           sm90::encode_units_3d(&m.s[i], w + soff, T::kScaleUnit, KC, uint32_t(tiles), box);
+  };
+  if (dual) return pair(0, a.w[0], a.scale_off, a.tiles) && pair(1, a.w[1], a.scale_off, a.tiles);
+  const int32_t first[3] = {0, a.grp.tend[0], a.grp.tend[1]}, end[3] = {a.grp.tend[0], a.grp.tend[1], a.tiles};
+  for (int i = 0; i < 3; ++i)
+    if (end[i] > first[i] && !pair(i, a.grp.w[i], a.grp.soff[i], end[i] - first[i])) return false;
+  return true;
 }
 
 template <WFormat F, int BT, Epilogue EP>
@@ -288,17 +357,21 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   const int tiles_per_block = kDual ? kVT / 2 : kVT;
   const dim3 grid((a.o.M + BT - 1) / BT, (a.tiles + tiles_per_block - 1) / tiles_per_block, 1);
   Args args = a;
+  WMaps wm;
+  std::memset(&wm, 0, sizeof wm);
+  args.tma_w = a.tma_w && encode_wmaps<F>(a, kDual, wm);
+  if (a.tma_w == 2 && !args.tma_w) return cudaErrorNotSupported;
   args.chunks_per_split = a.KC;
   if (splits > 1) {
     args.chunks_per_split = (a.KC + splits - 1) / splits;
-    const cudaError_t e = launch_one<F, BT, EP, true>(args, map, dim3(grid.x, grid.y, splits), stream);
+    const cudaError_t e = launch_one<F, BT, EP, true>(args, map, wm, dim3(grid.x, grid.y, splits), stream);
     if (e == cudaSuccess) return cudaGetLastError();
     // A cluster that cannot be scheduled is a launch-configuration error (not
     // sticky): run unsplit rather than fail the forward pass.
     (void)cudaGetLastError();
     args.chunks_per_split = a.KC;
   }
-  return launch_one<F, BT, EP, false>(args, map, grid, stream);
+  return launch_one<F, BT, EP, false>(args, map, wm, grid, stream);
 }
 
 }  // namespace

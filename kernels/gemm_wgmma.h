@@ -27,6 +27,12 @@ struct Args {
   WGroup grp;             // other epilogues: the row groups of W
   OutArgs o;
   int32_t chunks_per_split;  // set by run(): K chunks per cluster rank
+  // The weights of a stage by tensor-map copies, one per matrix and array
+  // (quants, scales) instead of one bulk copy per 16-row tile and array
+  // ($QSP_WGMMA_TMA_W, GemmArgs::wgmma_tma_weights; off until measured):
+  // 0 no; 1 where the maps can be made (else per tile); 2 yes, or run()
+  // returns cudaErrorNotSupported.
+  int32_t tma_w;
 };
 
 // The tile constants kTokTileLarge / kTokTileSmall (token rows per block) and

@@ -132,6 +132,12 @@ struct GemmArgs {
   // tiles are few (M <= 8). M <= 16 only; no effect elsewhere.
   bool gemv_l2_prefetch = false;
   bool gemv_wide = false;
+  // Tests and benchmarks: the wgmma kernel's weights by tensor-map copies
+  // for this call whatever the environment says ($QSP_WGMMA_TMA_W;
+  // docs/API.md); where the maps cannot be made, gemm() returns
+  // cudaErrorNotSupported instead of copying per tile. No effect on the
+  // other kernels.
+  bool wgmma_tma_weights = false;
   // Optional, kAddF32 with M <= 16 only (the GEMV): after the residual add,
   // tail_norm_out[m][i] = half(out_f[m][i] * tail_norm_w[i] /
   // sqrt(mean_i(out_f[m][i]^2) + tail_norm_eps)) for the M rows, i < N, as

@@ -54,6 +54,13 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
       : "memory");
 }
+// Box of a 3D tensor map at (x, y, z), completing on mbarrier `bar`.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int x, int y, int z, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(z), "r"(bar)
+      : "memory");
+}
 __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                "l"(src), "r"(bytes), "r"(bar)
@@ -209,6 +216,29 @@ inline bool encode_f16_2d(CUtensorMap* map, const void* base, uint64_t cols, uin
   const cuuint32_t estr[2] = {1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<void*>(base), dims, strides, box, estr,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// A 3D tensor map over an array of `tiles` x `chunks` units of `unit_bytes`
+// (a weight matrix's quant units or scales in the tiled layout of
+// kernels/qweight_layout.h: unit (tile, chunk) at (tile * chunks + chunk) *
+// unit_bytes), box: one chunk of `box_tiles` consecutive tiles, landing as
+// box_tiles whole units one after another; tiles past the end read as zero.
+// 32-bit elements, so unit_bytes % 16 == 0 and unit_bytes <= 1024 (a box
+// dimension holds at most 256 elements); false otherwise or when the driver
+// cannot encode it.
+inline bool encode_units_3d(CUtensorMap* map, const void* base, uint32_t unit_bytes, uint32_t chunks,
+                            uint32_t tiles, uint32_t box_tiles) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();
+  if (!encode || unit_bytes % 16 != 0 || unit_bytes > 1024 || chunks == 0 || tiles == 0 || box_tiles == 0 ||
+      box_tiles > 256 || reinterpret_cast<uintptr_t>(base) % 16 != 0)
+    return false;
+  const cuuint64_t dims[3] = {cuuint64_t(unit_bytes / 4), cuuint64_t(chunks), cuuint64_t(tiles)};
+  const cuuint64_t strides[2] = {cuuint64_t(unit_bytes), cuuint64_t(unit_bytes) * chunks};
+  const cuuint32_t box[3] = {unit_bytes / 4, 1, box_tiles};
+  const cuuint32_t estr[3] = {1, 1, 1};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, const_cast<void*>(base), dims, strides, box, estr,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 

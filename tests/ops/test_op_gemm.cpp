@@ -125,54 +125,6 @@ TEST_CASE("op gemm: wgmma and mma.sync paths, each forced", "[gpu][gemm][wgmma]"
   CUDA_REQUIRE(cudaDeviceSynchronize());
 }
 
-// The wgmma kernel's token tiles (256, 128) and clustered K splits
-// (1, 2, 4, 8) each forced: M inside one tile, across tiles and with a
-// partial last tile; K splits that divide the chunks evenly, unevenly and
-// leave ranks with no chunk at all (K = 160: 3 chunks over 4 or 8 ranks);
-// a K-quant; the row groups of Q | K | V through the auto path's splits.
-TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][wgmma]") {
-  QSP_REQUIRE_GPU();
-  if (!gemm_wgmma_runs()) {
-    CHECK(device_major() != 9);
-    std::printf("SKIPPED: wgmma GEMM path (needs sm_90a)\n");
-    return;
-  }
-  const std::vector<int> tiles = {256, 128}, splits = {1, 2, 4, 8};
-  uint64_t seed = 2600;
-  const struct {
-    int32_t dt;
-    int64_t N, K;
-    std::vector<int> Ms;
-  } cases[] = {
-      {QSP_DTYPE_Q4_0, 4096, 4096, {17, 64, 100}},  // Qwen3-8B q / o: the decode-batch and short-prompt sizes
-      {QSP_DTYPE_Q8_0, 1024, 3072, {33, 300}},      // Qwen3-0.6B down
-      {QSP_DTYPE_Q4_0, 1000, 160, {17, 65}},        // 3 chunks: empty ranks; N % 128 != 0
-      {QSP_DTYPE_Q4_K, 2048, 1024, {64}},           // a K-quant
-  };
-  for (const auto& c : cases) {
-    OpWeight w(c.dt, c.N, c.K, seed++), w2(c.dt, c.N, c.K, seed++);
-    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, tiles, splits);
-  }
-  // What the forcing fields refuse.
-  OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
-  OpActs x(32, 64, 64, 10);
-  DevBuf out(size_t(32) * 128 * 4);
-  GemmArgs a = forced_wgmma(wq, x, out.as<float>());
-  a.wg_tile = 64;
-  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
-  a.wg_tile = 128;
-  a.wg_splits = 3;
-  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
-  a.wg_splits = 2;
-  a.path = GemmPath::kAuto;
-  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
-  CUDA_REQUIRE(cudaGetLastError());
-  CUDA_REQUIRE(cudaDeviceSynchronize());
-}
-
-// Small enough for compute-sanitizer's racecheck: the GEMV (M <= 8 and
-// <= 16), mma.sync (cluster split-K where the plan takes it) and wgmma
-// (every token tile, K split), every epilogue, Q4_0 / Q8_0 / F16.
 // The GEMV's experiments (docs/API.md: QSP_L2_PREFETCH, QSP_GEMV_WIDE),
 // forced per call: the same values as the CPU op, every tiled format, the
 // Q | K | V row group and the SwiGLU pair, K = 4096 and 14336 (12 warps with
@@ -290,6 +242,9 @@ TEST_CASE("op gemm: the RMSNorm formed by a residual GEMV's last block", "[gpu][
   CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
 }
 
+// Small enough for compute-sanitizer's racecheck: the GEMV (M <= 8 and
+// <= 16), mma.sync (cluster split-K where the plan takes it) and wgmma
+// (every token tile, K split), every epilogue, Q4_0 / Q8_0 / F16.
 TEST_CASE("op gemm: every kernel path on small shapes", "[gpu][gemm][sanitize]") {
   QSP_REQUIRE_GPU();
   run_cases({

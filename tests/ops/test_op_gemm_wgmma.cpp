@@ -1,0 +1,112 @@
+// The Hopper GEMM's own choices, each forced (kern::gemm on the wgmma path
+// against the CPU backend's matmul, gemm_check.h): its token tiles and
+// clustered K splits, and the weights of a stage by tensor-map copies
+// ($QSP_WGMMA_TMA_W). Skipped, loudly, where the sm_90a kernel cannot run.
+#include "ops/gemm_check.h"
+
+using namespace qsp_test;
+
+namespace {
+
+constexpr GemmPath kWgmma = GemmPath::kWgmma;
+
+// Whether the wgmma kernel runs here; prints the skip where it does not (a
+// Hopper GPU must run it).
+bool wgmma_here() {
+  if (gemm_wgmma_runs()) return true;
+  CHECK(device_major() != 9);
+  std::printf("SKIPPED: wgmma GEMM path (needs sm_90a)\n");
+  return false;
+}
+
+}  // namespace
+
+// The wgmma kernel's token tiles (256, 128) and clustered K splits
+// (1, 2, 4, 8) each forced: M inside one tile, across tiles and with a
+// partial last tile; K splits that divide the chunks evenly, unevenly and
+// leave ranks with no chunk at all (K = 160: 3 chunks over 4 or 8 ranks);
+// a K-quant.
+TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][wgmma]") {
+  QSP_REQUIRE_GPU();
+  if (!wgmma_here()) return;
+  const std::vector<int> tiles = {256, 128}, splits = {1, 2, 4, 8};
+  uint64_t seed = 2600;
+  const struct {
+    int32_t dt;
+    int64_t N, K;
+    std::vector<int> Ms;
+  } cases[] = {
+      {QSP_DTYPE_Q4_0, 4096, 4096, {17, 64, 100}},  // Qwen3-8B q / o: the decode-batch and short-prompt sizes
+      {QSP_DTYPE_Q8_0, 1024, 3072, {33, 300}},      // Qwen3-0.6B down
+      {QSP_DTYPE_Q4_0, 1000, 160, {17, 65}},        // 3 chunks: empty ranks; N % 128 != 0
+      {QSP_DTYPE_Q4_K, 2048, 1024, {64}},           // a K-quant
+  };
+  for (const auto& c : cases) {
+    OpWeight w(c.dt, c.N, c.K, seed++), w2(c.dt, c.N, c.K, seed++);
+    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, tiles, splits);
+  }
+  // What the forcing fields refuse.
+  OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
+  OpActs x(32, 64, 64, 10);
+  DevBuf out(size_t(32) * 128 * 4);
+  GemmArgs a = forced_wgmma(wq, x, out.as<float>());
+  a.wg_tile = 64;
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
+  a.wg_tile = 128;
+  a.wg_splits = 3;
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
+  a.wg_splits = 2;
+  a.path = GemmPath::kAuto;
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
+  CUDA_REQUIRE(cudaGetLastError());
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+}
+
+// GemmArgs::wgmma_tma_weights: a stage's weights as one tensor-map copy per
+// matrix and array instead of one bulk copy per tile. Every format the wgmma
+// kernel takes, every epilogue (kSwiGLU: gate and up, a box of 4 tiles
+// each), both token tiles, unsplit and split, N past the last whole block
+// (tiles read as zero past the end); row groups whose blocks each lie in one
+// matrix (one map per matrix), whose blocks straddle two (copies per tile),
+// and whose last matrix ends mid-block.
+TEST_CASE("op gemm: the wgmma kernel's weights by tensor-map copies", "[gpu][gemm][wgmma]") {
+  QSP_REQUIRE_GPU();
+  if (!wgmma_here()) return;
+  constexpr int kTma = 4;  // check_gemm's variant bit
+  uint64_t seed = 7100;
+  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1, QSP_DTYPE_Q2_K,
+                     QSP_DTYPE_Q3_K, QSP_DTYPE_Q4_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K}) {
+    OpWeight w(dt, 1000, 512, seed++), w2(dt, 1000, 512, seed++);
+    gemm_sweep(w, w2, {17, 130}, seed++, kWgmma, {256, 128}, {1, 2}, kTma);
+  }
+  const struct {
+    int32_t dt;
+    int64_t q, k, v, K;
+  } groups[] = {
+      {QSP_DTYPE_Q4_0, 1024, 256, 256, 1024},  // boundaries at whole blocks (128 rows)
+      {QSP_DTYPE_Q4_K, 160, 96, 96, 512},      // blocks across two matrices
+      {QSP_DTYPE_Q8_0, 256, 128, 72, 512},     // V ends mid-block
+      {QSP_DTYPE_Q6_K, 512, 128, 128, 256},
+  };
+  for (const auto& c : groups) {
+    OpWeight wq(c.dt, c.q, c.K, seed++), wk(c.dt, c.k, c.K, seed++), wv(c.dt, c.v, c.K, seed++);
+    const int64_t N = c.q + c.k + c.v;
+    for (int M : {17, 300}) {
+      OpActs x(M, int(c.K), int(c.K), seed++);
+      const std::vector<int> rows = sample_rows(M);
+      const std::vector<float> rq = cpu_matmul(wq, x, rows), rk = cpu_matmul(wk, x, rows), rv = cpu_matmul(wv, x, rows);
+      std::vector<float> ref(rows.size() * size_t(N));
+      for (size_t j = 0; j < rows.size(); ++j) {
+        std::copy(rq.begin() + j * c.q, rq.begin() + (j + 1) * c.q, ref.begin() + j * N);
+        std::copy(rk.begin() + j * c.k, rk.begin() + (j + 1) * c.k, ref.begin() + j * N + c.q);
+        std::copy(rv.begin() + j * c.v, rv.begin() + (j + 1) * c.v, ref.begin() + j * N + c.q + c.k);
+      }
+      for (int ks : {1, 2}) {
+        check_gemm(wq, nullptr, x, Epilogue::kStoreF32, int(N) + 4, rows, ref, nullptr, seed++, kWgmma, &wk, &wv,
+                   128, ks, kTma);
+        check_gemm(wq, nullptr, x, Epilogue::kAddF32, int(N), rows, ref, nullptr, seed++, kWgmma, &wk, &wv, 256, ks,
+                   kTma);
+      }
+    }
+  }
+}
