@@ -15,7 +15,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void add_f32_kernel(float* __restrict__ dst, const float* __restrict__ src, int64_t n, bool vec) {
+__global__ void add_f32_kernel(float* dst, const float* src, int64_t n, bool vec) {
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (vec) {
     if (4 * i + 3 < n) {

@@ -41,7 +41,7 @@ __device__ __forceinline__ Cand better(Cand a, Cand b) {
 }
 
 template <bool kVec>
-__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* __restrict__ v, int n, int64_t ld,
+__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* v, int n, int64_t ld,
                                                            int32_t* out) {
   pdl_wait();  // kernels/pdl.h
   pdl_launch_dependents();

@@ -23,9 +23,9 @@ namespace {
 // one per split.
 
 template <int D>
-__global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const float* __restrict__ o_part,
-                                                                       const float* __restrict__ lse_part,
-                                                                       __half* __restrict__ out, int rows,
+__global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const float* o_part,
+                                                                       const float* lse_part,
+                                                                       __half* out, int rows,
                                                                        int n_splits) {
   pdl_wait();  // kernels/pdl.h
   pdl_launch_dependents();

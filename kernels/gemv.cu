@@ -74,8 +74,8 @@ __device__ __forceinline__ void load_x(uint32_t (&xb)[MT][4][2], const KArgs& a,
       uint32_t* r = xb[mt][s];
       if (ok && m < M && c * 64 + 16 * s < a.K) {
         const __half* xp = a.x + size_t(m) * size_t(a.ldx) + c * 64 + 16 * s + 2 * t;
-        ldg32(r[0], xp);
-        ldg32(r[1], xp + 8);
+        ldg32_dep(r[0], xp);
+        ldg32_dep(r[1], xp + 8);
       } else {
         r[0] = r[1] = 0u;
       }

@@ -37,9 +37,14 @@
 // it then. The failures fit: every K-quant model test has K-quant
 // projections, which the one-token prefill runs through the factored GEMV
 // (a different schedule from the legacy formats' fragment path), and the
-// legacy mixes passed with K-quant-free layers. Coherent loads for
-// everything a previous kernel wrote is the next thing to try (branch
-// pdl-coherent, written for that).
+// legacy mixes passed with K-quant-free layers. Since 2026-12-05 (not yet
+// run on a GPU) everything a previous kernel wrote is read with coherent
+// loads: the GEMV's activations through ldg32_dep (kernels/ptx.cuh), and
+// no `__restrict__` on the pointers of rmsnorm, attention_combine, argmax
+// and add (with it the compiler proves them read-only and emits
+// ld.global.nc); the PTX of every kernel of a pass now has ld.global.nc for
+// weights and host-copied metadata only. `scripts/gpu-session pdl` checks
+// whether the K-quant NaNs are gone.
 #pragma once
 
 #include <cuda_runtime.h>

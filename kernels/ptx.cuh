@@ -101,9 +101,12 @@ __device__ __forceinline__ void ldg64_stream(uint32_t& a, uint32_t& b, const voi
 __device__ __forceinline__ void ldg32_stream(uint32_t& a, const void* p) {
   asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(a) : "l"(p));
 }
-// Activation loads: re-read by every block, cached.
-__device__ __forceinline__ void ldg32(uint32_t& a, const void* p) {
-  asm volatile("ld.global.nc.u32 %0, [%1];\n" : "=r"(a) : "l"(p));
+// Activation loads (re-read by every block, cached): what an earlier kernel
+// of the pass wrote, so a coherent load, never ld.global.nc, whose promise of
+// data read-only for the grid's whole life lets it be scheduled or served
+// ahead of griddepcontrol.wait (kernels/pdl.h).
+__device__ __forceinline__ void ldg32_dep(uint32_t& a, const void* p) {
+  asm volatile("ld.global.u32 %0, [%1];\n" : "=r"(a) : "l"(p));
 }
 
 // Four 8x8 b16 matrices from [base + kImm] (lane i addresses row i % 8 of

@@ -32,9 +32,9 @@ __device__ __forceinline__ float block_sum(float v, float* s_red) {
 }
 
 template <int kVec>
-__global__ void __launch_bounds__(kThreads) rmsnorm_vec_kernel(const float* __restrict__ x, int ldx,
-                                                               const float* __restrict__ w, __half* __restrict__ y,
-                                                               int dim, float eps, const int32_t* __restrict__ rows) {
+__global__ void __launch_bounds__(kThreads) rmsnorm_vec_kernel(const float* x, int ldx,
+                                                               const float* w, __half* y,
+                                                               int dim, float eps, const int32_t* rows) {
   pdl_wait();  // kernels/pdl.h
   pdl_launch_dependents();
   __shared__ float s_red[kThreads / 32];
@@ -70,10 +70,10 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_vec_kernel(const float* __re
   }
 }
 
-__global__ void __launch_bounds__(kThreads) rmsnorm_scalar_kernel(const float* __restrict__ x, int ldx,
-                                                                  const float* __restrict__ w,
-                                                                  __half* __restrict__ y, int dim, float eps,
-                                                                  const int32_t* __restrict__ rows) {
+__global__ void __launch_bounds__(kThreads) rmsnorm_scalar_kernel(const float* x, int ldx,
+                                                                  const float* w,
+                                                                  __half* y, int dim, float eps,
+                                                                  const int32_t* rows) {
   pdl_wait();  // kernels/pdl.h
   pdl_launch_dependents();
   __shared__ float s_red[kThreads / 32];
