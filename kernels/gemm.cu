@@ -101,6 +101,12 @@ bool gemv_wide_default() {
   static const bool on = env_on("QSP_GEMV_WIDE");
   return on;
 }
+// Two chunks per warp in flight in the SwiGLU GEMVs that hold one (Q4_K,
+// Q5_K, fp16; KArgs::deep): $QSP_GEMV_DEEP=1 (read once; off until measured).
+bool gemv_deep_default() {
+  static const bool on = env_on("QSP_GEMV_DEEP");
+  return on;
+}
 // The wgmma kernel's weights by tensor-map copies, a few per stage instead
 // of two per weight tile (wgmma::Args::tma_w): $QSP_WGMMA_TMA_W=1 (read once;
 // off until measured faster).
@@ -124,6 +130,7 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
     v.l2_prefetch = a.l2_prefetch || gemv_prefetch_default();  // compiles to nothing before sm_90
     // At most two blocks per SM at once: 12 warps each fill what three of 8 would.
     v.wide = (a.wide || gemv_wide_default()) && a.tiles <= 2 * std::max(1, sm_count(dev));
+    v.deep = a.deep || gemv_deep_default();
     return launch_gemv(v, f, ep, stream);
   }
   const bool dual = ep == Epilogue::kSwiGLU;
@@ -264,6 +271,7 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   a.chunks_per_split = a.KC;
   a.l2_prefetch = g.gemv_l2_prefetch;
   a.wide = g.gemv_wide;
+  a.deep = g.gemv_deep;
   a.tma_w = g.wgmma_tma_weights ? 2 : 0;
   a.nw = g.tail_norm_w;
   a.nout = g.tail_norm_out;

@@ -247,11 +247,12 @@ __device__ __noinline__ void tail_norm(const KArgs& a) {
 // grid = (tiles); block = 32 * kw threads, kw <= MaxW warps that split the
 // K chunks round-robin (warp w: chunks w, w + kw, ...).
 template <WFormat F,
-          int MT,  // m8 token tiles: 1 (M <= 8) or 2 (M <= 16)
-          int U,   // chunks a warp has in flight per round (loads issued before any use)
+          int MT,    // m8 token tiles: 1 (M <= 8) or 2 (M <= 16)
+          int U,     // chunks a warp has in flight per round (loads issued before any use)
           Epilogue EP,
-          int MaxW>  // gemv::kMaxWarps, or kMaxWarpsWide (MT = 1)
-__global__ void __launch_bounds__(MaxW * 32, MaxW == gemv::kMaxWarps ? (MT == 1 ? 3 : 2) : 2) gemv_kernel(const KArgs a) {
+          int MaxW,  // gemv::kMaxWarps, or kMaxWarpsWide (MT = 1)
+          int MinB>  // blocks per SM the registers are budgeted for (launch_mt)
+__global__ void __launch_bounds__(MaxW * 32, MinB) gemv_kernel(const KArgs a) {
   using T = WTraits<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int NM = kDual ? 2 : 1;  // weight matrices
@@ -337,19 +338,33 @@ constexpr int gemv_unroll(int mt, bool dual) {
 template <WFormat F, int MT, Epilogue EP>
 cudaError_t launch_mt(const KArgs& a, cudaStream_t stream) {
   constexpr int U = gemv_unroll<F>(MT, EP == Epilogue::kSwiGLU);
+  // Blocks of 8 warps per SM the registers allow: 3 (85 registers) for
+  // M <= 8, 2 for M <= 16; 12-warp blocks 2.
+  constexpr int kMinB = MT == 1 ? 3 : 2;
   // Enough warps to cover K with U chunks each, at most kMaxWarps (or
   // kMaxWarpsWide where the caller found the tiles few: KArgs::wide).
   const dim3 grid(unsigned(a.tiles));
   if constexpr (MT == 1) {
+    // KArgs::deep: the SwiGLU GEMVs with one chunk per warp in flight (Q4_K,
+    // Q5_K, fp16: their raw words for two chunks of two matrices do not fit
+    // 85 registers) take two, at two blocks per SM (128 registers): 16
+    // warps x 2 chunks in flight per SM instead of 24 x 1.
+    if constexpr (EP == Epilogue::kSwiGLU && U == 1) {
+      if (a.deep) {
+        const int kw = std::max(1, std::min(gemv::kMaxWarps, a.KC / 2));
+        return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, 2, EP, gemv::kMaxWarps, 2>, grid,
+                          dim3(unsigned(kw * 32)), 0, stream, a);
+      }
+    }
     if (a.wide) {
       const int kw = std::max(1, std::min(gemv::kMaxWarpsWide, a.KC / U));
-      return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP, gemv::kMaxWarpsWide>, grid,
+      return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP, gemv::kMaxWarpsWide, 2>, grid,
                         dim3(unsigned(kw * 32)), 0, stream, a);
     }
   }
   const int kw = std::max(1, std::min(gemv::kMaxWarps, a.KC / U));
-  return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP, gemv::kMaxWarps>, grid, dim3(unsigned(kw * 32)), 0,
-                    stream, a);
+  return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP, gemv::kMaxWarps, kMinB>, grid,
+                    dim3(unsigned(kw * 32)), 0, stream, a);
 }
 
 }  // namespace

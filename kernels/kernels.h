@@ -132,6 +132,9 @@ struct GemmArgs {
   // tiles are few (M <= 8). M <= 16 only; no effect elsewhere.
   bool gemv_l2_prefetch = false;
   bool gemv_wide = false;
+  // Tests and benchmarks: the SwiGLU GEMV with two chunks per warp in flight
+  // where it holds one (Q4_K, Q5_K, fp16 at M <= 8; $QSP_GEMV_DEEP).
+  bool gemv_deep = false;
   // Tests and benchmarks: the wgmma kernel's weights by tensor-map copies
   // for this call whatever the environment says ($QSP_WGMMA_TMA_W;
   // docs/API.md); where the maps cannot be made, gemm() returns

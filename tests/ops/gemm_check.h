@@ -37,7 +37,8 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
                        const std::vector<int>& rows, const std::vector<float>& ref, const std::vector<float>* ref2,
                        uint64_t seed, GemmPath path = GemmPath::kAuto, const OpWeight* cat0 = nullptr,
                        const OpWeight* cat1 = nullptr, int wg_tile = 0, int wg_splits = 0,
-                       int variant = 0) {  // GemmArgs bits: 1 gemv_l2_prefetch, 2 gemv_wide, 4 wgmma_tma_weights
+                       int variant = 0) {  // GemmArgs bits: 1 gemv_l2_prefetch, 2 gemv_wide, 4 wgmma_tma_weights,
+                                           // 8 gemv_deep
   const int M = x.M;
   const int64_t N = w.N + (cat0 ? cat0->N : 0) + (cat1 ? cat1->N : 0);
   const bool half_out = ep == Epilogue::kStoreF16 || ep == Epilogue::kSwiGLU;
@@ -73,6 +74,7 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
   a.gemv_l2_prefetch = (variant & 1) != 0;
   a.gemv_wide = (variant & 2) != 0;
   a.wgmma_tma_weights = (variant & 4) != 0;
+  a.gemv_deep = (variant & 8) != 0;
   if (cat0) a.wcat[0] = cat0->dw;
   if (cat1) a.wcat[1] = cat1->dw;
   CUDA_REQUIRE(qsp::kern::gemm(a, nullptr));

@@ -125,14 +125,16 @@ TEST_CASE("op gemm: wgmma and mma.sync paths, each forced", "[gpu][gemm][wgmma]"
   CUDA_REQUIRE(cudaDeviceSynchronize());
 }
 
-// The GEMV's experiments (docs/API.md: QSP_L2_PREFETCH, QSP_GEMV_WIDE),
-// forced per call: the same values as the CPU op, every tiled format, the
-// Q | K | V row group and the SwiGLU pair, K = 4096 and 14336 (12 warps with
-// 2 and 4 rounds of chunks), M = 1, 5, 16 (wide applies to M <= 8 only).
+// The GEMV's experiments (docs/API.md: QSP_L2_PREFETCH, QSP_GEMV_WIDE,
+// QSP_GEMV_DEEP), forced per call: the same values as the CPU op, every
+// tiled format, the Q | K | V row group and the SwiGLU pair, K = 4096 and
+// 14336 (12 warps with 2 and 4 rounds of chunks), M = 1, 5, 16 (wide and
+// deep apply to M <= 8 only, deep to the SwiGLU pairs of Q4_K and Q5_K).
 TEST_CASE("op gemm: the GEMV with its L2 prefetch and wide blocks", "[gpu][gemm][gemv]") {
   QSP_REQUIRE_GPU();
   uint64_t seed = 5100;
-  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q6_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q5_1}) {
+  for (int32_t dt :
+       {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q5_1}) {
     for (int64_t K : {int64_t(4096), int64_t(14336)}) {
       const int64_t N = K == 4096 ? 1024 : 512;
       OpWeight w(dt, N, K, seed++), w2(dt, N, K, seed++), wk(dt, 256, K, seed++);
@@ -146,7 +148,7 @@ TEST_CASE("op gemm: the GEMV with its L2 prefetch and wide blocks", "[gpu][gemm]
           std::copy(r1.begin() + j * N, r1.begin() + (j + 1) * N, rg.begin() + j * (N + 256));
           std::copy(rk.begin() + j * 256, rk.begin() + (j + 1) * 256, rg.begin() + j * (N + 256) + N);
         }
-        for (int v : {1, 2, 3}) {
+        for (int v : {1, 2, 3, 8, 11}) {
           check_gemm(w, nullptr, x, Epilogue::kAddF32, int(N), rows, r1, nullptr, seed++, kAuto, nullptr, nullptr, 0,
                      0, v);
           check_gemm(w, &w2, x, Epilogue::kSwiGLU, int(N) + 8, rows, r1, &r2, seed++, kAuto, nullptr, nullptr, 0, 0,
