@@ -37,7 +37,9 @@ size_t scales_offset(WFormat f, int64_t rows, int64_t cols) {
   return dispatch_format(f, size_t(0), [&](auto t) { return decltype(t)::T::scales_offset(rows, cols); });
 }
 
-cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks, cudaStream_t stream) {
+// Weight-row blocks [y0, y0 + y_blocks) only (y_blocks 0: to the end).
+cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks, int y0, int y_blocks,
+                         cudaStream_t stream) {
   wgmma::Args a;
   a.x = k.x;
   a.ldx = k.ldx;
@@ -51,6 +53,8 @@ cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks,
   a.o = k.o;
   a.chunks_per_split = k.KC;
   a.tma_w = k.tma_w;
+  a.y0 = y0;
+  a.y_blocks = y_blocks;
   return wgmma::run(a, f, ep, bt, ks, stream);
 }
 
@@ -61,27 +65,6 @@ void cluster_waves(int dev, int sms, int (&wave)[4]) {
     const int ks = 1 << i, n = wgmma::cluster_wave(dev, ks);
     wave[i] = n > 0 ? n : sms / ks * ks;
   }
-}
-
-// The plan model's time for M tokens with the automatic choice (units of
-// kernels/gemm_plan.cpp), and what it would run.
-struct AutoPlan {
-  double t;
-  bool wgmma;
-  Plan mma;
-  WgPlan wg;
-};
-AutoPlan plan_auto(int64_t M, const KArgs& a, WFormat f, bool dual, bool wg_ok, int sms, const int (&wave)[4]) {
-  AutoPlan r;
-  r.mma = plan_mma(M, a.o.N, a.KC, dual, sms);
-  r.wg = wg_ok ? plan_wgmma(M, a.o.N, a.KC, dual, wave) : WgPlan{0, 1, 1e300};
-  r.wgmma = r.wg.t < r.mma.t;
-  r.t = r.wgmma ? r.wg.t : r.mma.t;
-  if (M <= 16) {
-    const size_t per = dweight_bytes(f, int64_t(a.tiles) * 16, a.K);
-    r.t = plan_gemv(dual ? 2 * per : per);
-  }
-  return r;
 }
 
 // An experiment's switch: $name set and not "0" (docs/API.md, Environment).
@@ -114,9 +97,36 @@ bool wgmma_tma_w_default() {
   static const bool on = env_on("QSP_WGMMA_TMA_W");
   return on;
 }
+// The plan's two-launch hybrid (WgPlan::head): $QSP_WGMMA_HYBRID=1 (read
+// once; off until measured).
+bool wgmma_hybrid_default() {
+  static const bool on = env_on("QSP_WGMMA_HYBRID");
+  return on;
+}
+
+// The plan model's time for M tokens with the automatic choice (units of
+// kernels/gemm_plan.cpp), and what it would run.
+struct AutoPlan {
+  double t;
+  bool wgmma;
+  Plan mma;
+  WgPlan wg;
+};
+AutoPlan plan_auto(int64_t M, const KArgs& a, WFormat f, bool dual, bool wg_ok, int sms, const int (&wave)[4]) {
+  AutoPlan r;
+  r.mma = plan_mma(M, a.o.N, a.KC, dual, sms);
+  r.wg = wg_ok ? plan_wgmma(M, a.o.N, a.KC, dual, wave, wgmma_hybrid_default()) : WgPlan{0, 1, 1e300};
+  r.wgmma = r.wg.t < r.mma.t;
+  r.t = r.wgmma ? r.wg.t : r.mma.t;
+  if (M <= 16) {
+    const size_t per = dweight_bytes(f, int64_t(a.tiles) * 16, a.K);
+    r.t = plan_gemv(dual ? 2 * per : per);
+  }
+  return r;
+}
 
 // The kernel for this shape, format and device (see the top of the file).
-cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_tile, int wg_splits,
+cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_tile, int wg_splits, int wg_head,
                 cudaStream_t stream) {
   const int M = a.o.M;
   const bool wgmma_format = dispatch_format(f, false, [](auto t) { return decltype(t)::T::kWgmma; });
@@ -158,15 +168,22 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
         const size_t off = size_t(M - tail) * size_t(a.o.ldo);
         if (r.o.out_h) r.o.out_h += off;
         if (r.o.out_f) r.o.out_f += off;
-        e = run(h, f, ep, path, 0, 0, stream);
-        return e != cudaSuccess ? e : run(r, f, ep, path, 0, 0, stream);
+        e = run(h, f, ep, path, 0, 0, 0, stream);
+        return e != cudaSuccess ? e : run(r, f, ep, path, 0, 0, 0, stream);
       }
     }
   }
   if (path == GemmPath::kWgmma || (path == GemmPath::kAuto && best.wgmma)) {
     KArgs w = a;
     if (!w.tma_w && wgmma_tma_w_default()) w.tma_w = 1;
-    return launch_wgmma(w, f, ep, wg_tile ? wg_tile : best.wg.bt, wg_splits ? wg_splits : best.wg.ks, stream);
+    const int bt = wg_tile ? wg_tile : best.wg.bt, ks = wg_splits ? wg_splits : best.wg.ks;
+    // The plan's hybrid (gemm_plan.h) unless the caller forced the shape.
+    const int head = wg_tile || wg_splits || wg_head ? wg_head : best.wg.head;
+    if (head > 0) {
+      e = launch_wgmma(w, f, ep, bt, 1, 0, head, stream);
+      return e != cudaSuccess ? e : launch_wgmma(w, f, ep, bt, ks, head, 0, stream);
+    }
+    return launch_wgmma(w, f, ep, bt, ks, 0, 0, stream);
   }
   return launch_mma(a, f, ep, best.mma.large, best.mma.ks, dev, stream);
 }
@@ -227,7 +244,7 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   if (g.path != GemmPath::kAuto && g.path != GemmPath::kMma && g.path != GemmPath::kWgmma &&
       g.path != GemmPath::kGemv)
     return cudaErrorInvalidValue;
-  if ((g.wg_tile != 0 || g.wg_splits != 0) && g.path != GemmPath::kWgmma) return cudaErrorInvalidValue;
+  if ((g.wg_tile != 0 || g.wg_splits != 0 || g.wg_head != 0) && g.path != GemmPath::kWgmma) return cudaErrorInvalidValue;
   if (g.wg_tile != 0 && g.wg_tile != wgmma::kTokTileLarge && g.wg_tile != wgmma::kTokTileSmall) {
     return cudaErrorInvalidValue;
   }
@@ -235,6 +252,8 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (int64_t(g.M) * g.ldx >= (int64_t(1) << 31)) return cudaErrorInvalidValue;  // 32-bit activation offsets
+  if (g.wg_head < 0 || (g.wg_head > 0 && g.wg_head >= wgmma::row_blocks(int32_t(qw::n_tiles(N)), dual)))
+    return cudaErrorInvalidValue;
   if (dual && (g.w2.data == nullptr || g.w2.fmt != g.w.fmt || g.w2.rows != g.w.rows || g.w2.cols != g.w.cols)) {
     return cudaErrorInvalidValue;
   }
@@ -285,7 +304,7 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   const uintptr_t base = half_out ? reinterpret_cast<uintptr_t>(g.out_h) : reinterpret_cast<uintptr_t>(g.out_f);
   a.o.vec = g.ldo % 2 == 0 && base % (half_out ? 4 : 8) == 0;
 
-  return run(a, g.w.fmt, g.ep, g.path, g.wg_tile, g.wg_splits, stream);
+  return run(a, g.w.fmt, g.ep, g.path, g.wg_tile, g.wg_splits, g.wg_head, stream);
 }
 
 }  // namespace kern

@@ -57,22 +57,42 @@ Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
 // (1024 x 3072) at M = 128 128/8 1.38x faster than 128/4 (1.38x), at
 // M = 512 256/8 1.45x slower than 256/4 (1.37x) with ~12 clusters of 8 per
 // wave.
-WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4]) {
+//
+// The hybrid (WgPlan::head; $QSP_WGMMA_HYBRID=1, 2026-12-05, off until
+// measured): where the
+// unsplit grid is more than a wave with a ragged last one (8B gate | up at
+// 512 tokens: 448 blocks, 3.4 waves of 132), the whole waves' row blocks run
+// unsplit and the rest as a split launch of its own, so the last wave's
+// blocks take 1 / ks of the K chunks each: 3 x 72 + 42 chunk times against
+// 4 x 72 there (one more launch, kPlanLaunch).
+WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4], bool hybrid) {
   constexpr double kRate[2] = {1.95, 1.14};  // BT = 256, 128
   constexpr int kWgFill = 8, kWgReduce = 2;
   WgPlan best{0, 1, 1e300};
   const int bts[2] = {wgmma::kTokTileLarge, wgmma::kTokTileSmall};
   for (int i = 0; i < 2; ++i) {
     const int bt = bts[i];
+    const double unit = (bt * 128.0) / (128.0 * 256.0) / kRate[i];
     const int64_t rows = dual ? wgmma::kBlockRows / 2 : wgmma::kBlockRows;
-    const int64_t tiles = ((M + bt - 1) / bt) * ((real_n + rows - 1) / rows);
-    for (int ks = 1, i_ks = 0; ks <= 8; ks *= 2, ++i_ks) {
-      if (ks > 1 && KC / ks < 4) break;
+    const int64_t tok_blocks = (M + bt - 1) / bt, row_blocks = (real_n + rows - 1) / rows;
+    // Time of `tiles` blocks split ks ways (i_ks = log2 ks), in units.
+    const auto time = [&](int64_t tiles, int ks, int i_ks) {
       const int64_t per_wave = std::max(wave[i_ks], ks);
       const int64_t waves = (tiles * ks + per_wave - 1) / per_wave;
-      const double chunks = double((KC + ks - 1) / ks + kWgFill + (ks > 1 ? kWgReduce : 0));
-      const double t = double(waves) * chunks * (bt * 128.0) / (128.0 * 256.0) / kRate[i];
+      return double(waves) * double((KC + ks - 1) / ks + kWgFill + (ks > 1 ? kWgReduce : 0)) * unit;
+    };
+    for (int ks = 1, i_ks = 0; ks <= 8; ks *= 2, ++i_ks) {
+      if (ks > 1 && KC / ks < 4) break;
+      const double t = time(tok_blocks * row_blocks, ks, i_ks);
       if (t < best.t) best = WgPlan{bt, ks, t};
+    }
+    // The hybrid: whole waves of row blocks unsplit, the rest split.
+    const int64_t full = tok_blocks * row_blocks / std::max(wave[0], 1);
+    const int64_t head = full * wave[0] / tok_blocks;
+    if (!hybrid || full < 1 || head < 1 || head >= row_blocks) continue;
+    for (int ks = 2, i_ks = 1; ks <= 8 && KC / ks >= 4; ks *= 2, ++i_ks) {
+      const double t = time(head * tok_blocks, 1, 0) + time((row_blocks - head) * tok_blocks, ks, i_ks) + kPlanLaunch;
+      if (t < best.t) best = WgPlan{bt, ks, t, int(head)};
     }
   }
   return best;

@@ -34,15 +34,19 @@ struct Plan {
 Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms);
 
 // The wgmma kernel in the same units, with its token tile bt and its number
-// of clustered K splits ks (1, 2, 4, 8).
+// of clustered K splits ks (1, 2, 4, 8). head > 0: a hybrid of two
+// launches, weight-row blocks [0, head) unsplit (whole waves), the ragged
+// rest split ks ways.
 struct WgPlan {
   int bt;
   int ks;
   double t;
+  int head = 0;
 };
 // wave[i]: blocks that run at once with clusters of 2^i blocks (wave[0] = the
 // SM count; see wgmma::cluster_wave).
-WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4]);
+// hybrid: consider the two-launch hybrid ($QSP_WGMMA_HYBRID; off until measured).
+WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4], bool hybrid = false);
 
 // The GEMV (M <= 16) in the same units: it streams the weights once;
 // weight_bytes: their device size.

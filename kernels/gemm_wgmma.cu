@@ -137,7 +137,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (warp == 4 * kConsumers && lane == 0) {
       // The block's weight tile v: its matrix, scale offset and tile index
       // there. Past the last tile a real one is loaded (its rows are not stored).
-      const int r0 = kDual ? blockIdx.y * 4 : blockIdx.y * kVT;
+      const int by = int(blockIdx.y) + a.y0;
+      const int r0 = kDual ? by * 4 : by * kVT;
       // Stage by stage: the X tile, then load_w(quants, scales, chunk, bar).
       auto produce = [&](auto load_w) {
         for (int kt = 0; kt < nk; ++kt) {
@@ -277,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   constexpr int kRealCols = kDual ? kBlockRows / 2 : kBlockRows;
   constexpr int kQuads = kRealCols / 4;
-  const int n0 = blockIdx.y * kRealCols;
+  const int n0 = (int(blockIdx.y) + a.y0) * kRealCols;
   // Token rows ml0 .. ml0 + rows of the tile: all (unsplit), or this rank's
   // share of the sum over the cluster.
   const int rows = kSplit ? BT / int(gridDim.z) : BT, ml0 = kSplit ? int(blockIdx.z) * rows : 0;
@@ -354,8 +355,10 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
-  const int tiles_per_block = kDual ? kVT / 2 : kVT;
-  const dim3 grid((a.o.M + BT - 1) / BT, (a.tiles + tiles_per_block - 1) / tiles_per_block, 1);
+  const int32_t blocks = row_blocks(a.tiles, kDual);
+  if (a.y0 < 0 || a.y_blocks < 0 || a.y0 + a.y_blocks > blocks || (a.y_blocks == 0 && a.y0 >= blocks))
+    return cudaErrorInvalidValue;
+  const dim3 grid((a.o.M + BT - 1) / BT, unsigned(a.y_blocks ? a.y_blocks : blocks - a.y0), 1);
   Args args = a;
   WMaps wm;
   std::memset(&wm, 0, sizeof wm);

@@ -33,6 +33,10 @@ struct Args {
   // 0 no; 1 where the maps can be made (else per tile); 2 yes, or run()
   // returns cudaErrorNotSupported.
   int32_t tma_w;
+  // The launch covers weight-row blocks [y0, y0 + y_blocks) (y_blocks 0: to
+  // the end): the plan's hybrid runs the whole waves of blocks unsplit and
+  // the ragged rest as a split launch of its own (gemm.cu).
+  int32_t y0, y_blocks;
 };
 
 // The tile constants kTokTileLarge / kTokTileSmall (token rows per block) and
@@ -41,6 +45,13 @@ struct Args {
 
 // Whether the sm_90a kernels are in this build and can run on device `dev`.
 bool available(int dev);
+
+// Weight-row blocks of a matrix of `tiles` 16-row tiles (kBlockRows rows per
+// block, kBlockRows / 2 of gate and of up for kSwiGLU).
+inline int32_t row_blocks(int32_t tiles, bool dual) {
+  const int32_t per = (dual ? kBlockRows / 2 : kBlockRows) / 16;
+  return (tiles + per - 1) / per;
+}
 
 // Blocks of the split kernel's (1, 1, ks)-block clusters (ks = 2, 4, 8) that
 // device `dev` runs at once: whole clusters, each inside one GPC, so fewer
@@ -51,7 +62,7 @@ int cluster_wave(int dev, int ks);
 // Launches Y = X W^T with epilogue ep; fmt is a format with kWgmma
 // (cudaErrorNotSupported otherwise). tok_tile: one of the token tiles;
 // splits: 1, 2, 4 or 8 clustered K splits (a cluster that cannot be
-// scheduled runs unsplit).
+// scheduled runs unsplit). Args::y0 / y_blocks: only those weight-row blocks.
 cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, cudaStream_t stream);
 
 }  // namespace wgmma

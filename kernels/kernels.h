@@ -126,6 +126,12 @@ struct GemmArgs {
   // path == kWgmma.
   int32_t wg_tile = 0;
   int32_t wg_splits = 0;
+  // Tests and benchmarks, with path == kWgmma: the plan's hybrid forced,
+  // weight-row blocks [0, wg_head) of 128 rows (64 of gate and of up for
+  // kSwiGLU) launched unsplit and the rest split wg_splits ways (0: none;
+  // < the row blocks). When wg_tile / wg_splits are forced and wg_head is
+  // not, no hybrid.
+  int32_t wg_head = 0;
   // Tests and benchmarks: the GEMV's experiments on for this call whatever
   // the environment says ($QSP_L2_PREFETCH, $QSP_GEMV_WIDE; docs/API.md):
   // its blocks' weights asked of L2 at their start, 12-warp blocks where

@@ -37,8 +37,9 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
                        const std::vector<int>& rows, const std::vector<float>& ref, const std::vector<float>* ref2,
                        uint64_t seed, GemmPath path = GemmPath::kAuto, const OpWeight* cat0 = nullptr,
                        const OpWeight* cat1 = nullptr, int wg_tile = 0, int wg_splits = 0,
-                       int variant = 0) {  // GemmArgs bits: 1 gemv_l2_prefetch, 2 gemv_wide, 4 wgmma_tma_weights,
-                                           // 8 gemv_deep
+                       int variant = 0,  // GemmArgs bits: 1 gemv_l2_prefetch, 2 gemv_wide, 4 wgmma_tma_weights,
+                                         // 8 gemv_deep
+                       int wg_head = 0) {
   const int M = x.M;
   const int64_t N = w.N + (cat0 ? cat0->N : 0) + (cat1 ? cat1->N : 0);
   const bool half_out = ep == Epilogue::kStoreF16 || ep == Epilogue::kSwiGLU;
@@ -46,7 +47,8 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
   const size_t count = size_t(M) * size_t(ldo);
   INFO("gemm " << N << "x" << w.K << (cat0 ? " (row groups)" : "") << " dtype " << qsp_dtype_name(w.dtype)
                << " M=" << M << " ldx=" << x.ldx << " ldo=" << ldo << " " << ep_name(ep) << " path " << int(path)
-               << " wgmma tile " << wg_tile << " splits " << wg_splits << " variant " << variant);
+               << " wgmma tile " << wg_tile << " splits " << wg_splits << " head " << wg_head << " variant "
+               << variant);
 
   // Initial output bytes: NaN poison, or random residuals for kAddF32.
   std::vector<uint8_t> init(count * esz, 0xff);
@@ -71,6 +73,7 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
   a.path = path;
   a.wg_tile = wg_tile;
   a.wg_splits = wg_splits;
+  a.wg_head = wg_head;
   a.gemv_l2_prefetch = (variant & 1) != 0;
   a.gemv_wide = (variant & 2) != 0;
   a.wgmma_tma_weights = (variant & 4) != 0;

@@ -110,3 +110,85 @@ TEST_CASE("op gemm: the wgmma kernel's weights by tensor-map copies", "[gpu][gem
     }
   }
 }
+
+// GemmArgs::wg_head: the plan's hybrid forced, weight-row blocks [0, head)
+// in one unsplit launch and the rest in a split launch of their own (each
+// block's rows and output columns offset by its launch's first row block):
+// heads of one block, most blocks and all but one, splits 1 / 2 / 4, both
+// token tiles, every epilogue (kSwiGLU's blocks are 64 rows of gate and of
+// up), N past the last whole block, row groups whose split part starts in
+// K or in V or across matrices; then the auto path on the 8B gate | up shape
+// at 512 tokens, where the plan takes the hybrid; and the refusals.
+TEST_CASE("op gemm: the wgmma hybrid of whole waves and a split rest", "[gpu][gemm][wgmma]") {
+  QSP_REQUIRE_GPU();
+  if (!wgmma_here()) return;
+  uint64_t seed = 7300;
+  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q8_0}) {
+    OpWeight w(dt, 1000, 512, seed++), w2(dt, 1000, 512, seed++);  // 8 row blocks (16 of 64 for kSwiGLU)
+    for (int M : {17, 300}) {
+      OpActs x(M, 512, 512, seed++);
+      const std::vector<int> rows = sample_rows(M);
+      const std::vector<float> ref = cpu_matmul(w, x, rows), ref2 = cpu_matmul(w2, x, rows);
+      int v = 0;
+      for (int head : {1, 5, 7})
+        for (int ks : {1, 2, 4})
+          for (Epilogue ep : {Epilogue::kStoreF16, Epilogue::kStoreF32, Epilogue::kAddF32, Epilogue::kSwiGLU}) {
+            const int h = ep == Epilogue::kSwiGLU ? 2 * head + 1 : head;
+            check_gemm(w, &w2, x, ep, 1000 + (v % 2 ? 8 : 0), rows, ref, &ref2, seed++, kWgmma, nullptr, nullptr,
+                       v % 2 ? 128 : 256, ks, 0, h);
+            ++v;
+          }
+    }
+  }
+  const struct {
+    int32_t dt;
+    int64_t q, k, v, K;
+    int head;
+  } groups[] = {
+      {QSP_DTYPE_Q4_0, 256, 128, 128, 512, 2},  // the split launch starts at K
+      {QSP_DTYPE_Q4_0, 256, 128, 128, 512, 3},  // ... at V
+      {QSP_DTYPE_Q6_K, 160, 96, 96, 256, 1},    // blocks across matrices
+  };
+  for (const auto& c : groups) {
+    OpWeight wq(c.dt, c.q, c.K, seed++), wk(c.dt, c.k, c.K, seed++), wv(c.dt, c.v, c.K, seed++);
+    const int64_t N = c.q + c.k + c.v;
+    OpActs x(100, int(c.K), int(c.K), seed++);
+    const std::vector<int> rows = sample_rows(100);
+    const std::vector<float> rq = cpu_matmul(wq, x, rows), rk = cpu_matmul(wk, x, rows), rv = cpu_matmul(wv, x, rows);
+    std::vector<float> ref(rows.size() * size_t(N));
+    for (size_t j = 0; j < rows.size(); ++j) {
+      std::copy(rq.begin() + j * c.q, rq.begin() + (j + 1) * c.q, ref.begin() + j * N);
+      std::copy(rk.begin() + j * c.k, rk.begin() + (j + 1) * c.k, ref.begin() + j * N + c.q);
+      std::copy(rv.begin() + j * c.v, rv.begin() + (j + 1) * c.v, ref.begin() + j * N + c.q + c.k);
+    }
+    for (int ks : {1, 2}) {
+      check_gemm(wq, nullptr, x, Epilogue::kStoreF32, int(N), rows, ref, nullptr, seed++, kWgmma, &wk, &wv, 256, ks, 0,
+                 c.head);
+      check_gemm(wq, nullptr, x, Epilogue::kAddF32, int(N) + 4, rows, ref, nullptr, seed++, kWgmma, &wk, &wv, 128, ks,
+                 4, c.head);
+    }
+  }
+  {
+    OpWeight gate(QSP_DTYPE_Q4_0, 14336, 4096, seed++), up(QSP_DTYPE_Q4_0, 14336, 4096, seed++);
+    OpActs x(512, 4096, 4096, seed++);
+    const std::vector<int> rows = sample_rows(512);
+    const std::vector<float> rg = cpu_matmul(gate, x, rows), ru = cpu_matmul(up, x, rows);
+    check_gemm(gate, &up, x, Epilogue::kSwiGLU, 14336, rows, rg, &ru, seed++);
+  }
+  // Refused: a head of every row block or more, and a head without the forced path.
+  OpWeight wq(QSP_DTYPE_Q4_0, 256, 64, 11);
+  OpActs x(32, 64, 64, 10);
+  DevBuf out(size_t(32) * 256 * 4);
+  GemmArgs a = forced_wgmma(wq, x, out.as<float>());
+  a.ldo = 256;
+  a.wg_head = 2;
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
+  a.wg_head = -1;
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
+  a.wg_head = 1;
+  a.path = GemmPath::kAuto;
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
+  a.path = GemmPath::kWgmma;
+  CUDA_REQUIRE(qsp::kern::gemm(a, nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+}
