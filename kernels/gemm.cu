@@ -73,35 +73,18 @@ bool env_on(const char* name) {
   return v && *v && std::strcmp(v, "0") != 0;
 }
 
-// The GEMV's L2 prefetch of its blocks' weights (KArgs::l2_prefetch) and its
-// 12-warp blocks where tiles are few (KArgs::wide): $QSP_L2_PREFETCH=1,
-// $QSP_GEMV_WIDE=1 (read once per process; off until measured faster).
-bool gemv_prefetch_default() {
-  static const bool on = env_on("QSP_L2_PREFETCH");
-  return on;
-}
-bool gemv_wide_default() {
-  static const bool on = env_on("QSP_GEMV_WIDE");
-  return on;
-}
-// Two chunks per warp in flight in the SwiGLU GEMVs that hold one (Q4_K,
-// Q5_K, fp16; KArgs::deep): $QSP_GEMV_DEEP=1 (read once; off until measured).
-bool gemv_deep_default() {
-  static const bool on = env_on("QSP_GEMV_DEEP");
-  return on;
-}
-// The wgmma kernel's weights by tensor-map copies, a few per stage instead
-// of two per weight tile (wgmma::Args::tma_w): $QSP_WGMMA_TMA_W=1 (read once;
-// off until measured faster).
-bool wgmma_tma_w_default() {
-  static const bool on = env_on("QSP_WGMMA_TMA_W");
-  return on;
-}
-// The plan's two-launch hybrid (WgPlan::head): $QSP_WGMMA_HYBRID=1 (read
-// once; off until measured).
-bool wgmma_hybrid_default() {
-  static const bool on = env_on("QSP_WGMMA_HYBRID");
-  return on;
+// The experiments' switches (docs/API.md, Environment; each off until
+// measured faster), read once per process:
+//  - kL2Prefetch   $QSP_L2_PREFETCH: the GEMV's blocks ask L2 for their weights (KArgs::l2_prefetch)
+//  - kGemvWide     $QSP_GEMV_WIDE: 12-warp GEMV blocks where tiles are few (KArgs::wide)
+//  - kGemvDeep     $QSP_GEMV_DEEP: two chunks per warp in the SwiGLU GEMVs that hold one (KArgs::deep)
+//  - kWgmmaTmaW    $QSP_WGMMA_TMA_W: the wgmma kernel's weights by tensor maps (wgmma::Args::tma_w)
+//  - kWgmmaHybrid  $QSP_WGMMA_HYBRID: the plan's two-launch hybrid (WgPlan::head)
+enum class Switch { kL2Prefetch, kGemvWide, kGemvDeep, kWgmmaTmaW, kWgmmaHybrid };
+bool switch_on(Switch s) {
+  static const bool on[] = {env_on("QSP_L2_PREFETCH"), env_on("QSP_GEMV_WIDE"), env_on("QSP_GEMV_DEEP"),
+                            env_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID")};
+  return on[int(s)];
 }
 
 // The plan model's time for M tokens with the automatic choice (units of
@@ -115,7 +98,7 @@ struct AutoPlan {
 AutoPlan plan_auto(int64_t M, const KArgs& a, WFormat f, bool dual, bool wg_ok, int sms, const int (&wave)[4]) {
   AutoPlan r;
   r.mma = plan_mma(M, a.o.N, a.KC, dual, sms);
-  r.wg = wg_ok ? plan_wgmma(M, a.o.N, a.KC, dual, wave, wgmma_hybrid_default()) : WgPlan{0, 1, 1e300};
+  r.wg = wg_ok ? plan_wgmma(M, a.o.N, a.KC, dual, wave, switch_on(Switch::kWgmmaHybrid)) : WgPlan{0, 1, 1e300};
   r.wgmma = r.wg.t < r.mma.t;
   r.t = r.wgmma ? r.wg.t : r.mma.t;
   if (M <= 16) {
@@ -137,10 +120,10 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
   if (e != cudaSuccess) return e;
   if (M <= 16) {
     KArgs v = a;
-    v.l2_prefetch = a.l2_prefetch || gemv_prefetch_default();  // compiles to nothing before sm_90
+    v.l2_prefetch = a.l2_prefetch || switch_on(Switch::kL2Prefetch);  // compiles to nothing before sm_90
     // At most two blocks per SM at once: 12 warps each fill what three of 8 would.
-    v.wide = (a.wide || gemv_wide_default()) && a.tiles <= 2 * std::max(1, sm_count(dev));
-    v.deep = a.deep || gemv_deep_default();
+    v.wide = (a.wide || switch_on(Switch::kGemvWide)) && a.tiles <= 2 * std::max(1, sm_count(dev));
+    v.deep = a.deep || switch_on(Switch::kGemvDeep);
     return launch_gemv(v, f, ep, stream);
   }
   const bool dual = ep == Epilogue::kSwiGLU;
@@ -175,7 +158,7 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
   }
   if (path == GemmPath::kWgmma || (path == GemmPath::kAuto && best.wgmma)) {
     KArgs w = a;
-    if (!w.tma_w && wgmma_tma_w_default()) w.tma_w = 1;
+    if (!w.tma_w && switch_on(Switch::kWgmmaTmaW)) w.tma_w = 1;
     const int bt = wg_tile ? wg_tile : best.wg.bt, ks = wg_splits ? wg_splits : best.wg.ks;
     // The plan's hybrid (gemm_plan.h) unless the caller forced the shape.
     const int head = wg_tile || wg_splits || wg_head ? wg_head : best.wg.head;

@@ -130,6 +130,26 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
   CHECK(over == 0);
 }
 
+// The CPU reference of a row group (GemmArgs::wcat): the products of q, k
+// and v (v may be null: a two-member group) side by side, [rows][q.N + k.N
+// (+ v.N)].
+inline std::vector<float> group_ref(const OpWeight& q, const OpWeight& k, const OpWeight* v, const OpActs& x,
+                                    const std::vector<int>& rows) {
+  const OpWeight* parts[3] = {&q, &k, v};
+  int64_t N = 0;
+  for (const OpWeight* w : parts) N += w ? w->N : 0;
+  std::vector<float> ref(rows.size() * size_t(N));
+  int64_t col = 0;
+  for (const OpWeight* w : parts) {
+    if (!w) continue;
+    const std::vector<float> r = cpu_matmul(*w, x, rows);
+    for (size_t j = 0; j < rows.size(); ++j)
+      std::copy(r.begin() + j * w->N, r.begin() + (j + 1) * w->N, ref.begin() + j * N + col);
+    col += w->N;
+  }
+  return ref;
+}
+
 // All epilogues for each M on one (w, w2) pair; ldx alternates tight and
 // padded by M, ldo cycles tight, padded (aligned) and odd (scalar stores).
 // With path kWgmma, every token tile x K split of `tiles` x `splits` too (0:

@@ -142,12 +142,7 @@ TEST_CASE("op gemm: the GEMV with its L2 prefetch and wide blocks", "[gpu][gemm]
         OpActs x(M, int(K), int(K), seed++);
         const std::vector<int> rows = sample_rows(M);
         const std::vector<float> r1 = cpu_matmul(w, x, rows), r2 = cpu_matmul(w2, x, rows);
-        const std::vector<float> rk = cpu_matmul(wk, x, rows);
-        std::vector<float> rg(rows.size() * size_t(N + 256));
-        for (size_t j = 0; j < rows.size(); ++j) {
-          std::copy(r1.begin() + j * N, r1.begin() + (j + 1) * N, rg.begin() + j * (N + 256));
-          std::copy(rk.begin() + j * 256, rk.begin() + (j + 1) * 256, rg.begin() + j * (N + 256) + N);
-        }
+        const std::vector<float> rg = group_ref(w, wk, nullptr, x, rows);
         for (int v : {1, 2, 3, 8, 11}) {
           check_gemm(w, nullptr, x, Epilogue::kAddF32, int(N), rows, r1, nullptr, seed++, kAuto, nullptr, nullptr, 0,
                      0, v);
@@ -339,13 +334,7 @@ TEST_CASE("op gemm: K-quant row groups", "[gpu][gemm][wgmma][kquant]") {
     for (int M : {1, 7, 100}) {
       OpActs x(M, 1024, 1024, seed++);
       const std::vector<int> rows = sample_rows(M);
-      const std::vector<float> rq = cpu_matmul(wq, x, rows), rk = cpu_matmul(wk, x, rows), rv = cpu_matmul(wv, x, rows);
-      std::vector<float> ref(rows.size() * size_t(N));
-      for (size_t j = 0; j < rows.size(); ++j) {
-        std::copy(rq.begin() + j * 2048, rq.begin() + (j + 1) * 2048, ref.begin() + j * N);
-        std::copy(rk.begin() + j * 1024, rk.begin() + (j + 1) * 1024, ref.begin() + j * N + 2048);
-        std::copy(rv.begin() + j * 1024, rv.begin() + (j + 1) * 1024, ref.begin() + j * N + 3072);
-      }
+      const std::vector<float> ref = group_ref(wq, wk, &wv, x, rows);
       std::vector<GemmPath> paths = {kAuto};
       if (M > 16) paths.push_back(kMma);
       if (M > 16 && wg) paths.push_back(kWgmma);
@@ -451,13 +440,7 @@ TEST_CASE("op gemm: row groups (Q | K | V in one launch)", "[gpu][gemm][wgmma]")
     for (int M : {1, 7, 100, 2048}) {
       OpActs x(M, int(c.K), int(c.K), seed++);
       const std::vector<int> rows = sample_rows(M);
-      const std::vector<float> rq = cpu_matmul(wq, x, rows), rk = cpu_matmul(wk, x, rows), rv = cpu_matmul(wv, x, rows);
-      std::vector<float> ref(rows.size() * size_t(N));
-      for (size_t j = 0; j < rows.size(); ++j) {
-        std::copy(rq.begin() + j * c.q, rq.begin() + (j + 1) * c.q, ref.begin() + j * N);
-        std::copy(rk.begin() + j * c.k, rk.begin() + (j + 1) * c.k, ref.begin() + j * N + c.q);
-        std::copy(rv.begin() + j * c.v, rv.begin() + (j + 1) * c.v, ref.begin() + j * N + c.q + c.k);
-      }
+      const std::vector<float> ref = group_ref(wq, wk, &wv, x, rows);
       std::vector<GemmPath> paths = {kAuto};
       if (M > 16) paths.push_back(kMma);
       if (M > 16 && wg) paths.push_back(kWgmma);
@@ -477,12 +460,7 @@ TEST_CASE("op gemm: row groups (Q | K | V in one launch)", "[gpu][gemm][wgmma]")
     for (int M : {1, 9, 100}) {
       OpActs x(M, int(c.K), int(c.K), seed++);
       const std::vector<int> rows = sample_rows(M);
-      const std::vector<float> rq = cpu_matmul(wq, x, rows), rk = cpu_matmul(wk, x, rows);
-      std::vector<float> ref(rows.size() * size_t(N));
-      for (size_t j = 0; j < rows.size(); ++j) {
-        std::copy(rq.begin() + j * c.q, rq.begin() + (j + 1) * c.q, ref.begin() + j * N);
-        std::copy(rk.begin() + j * c.k, rk.begin() + (j + 1) * c.k, ref.begin() + j * N + c.q);
-      }
+      const std::vector<float> ref = group_ref(wq, wk, nullptr, x, rows);
       std::vector<GemmPath> paths = {kAuto};
       if (M > 16) paths.push_back(kMma);
       if (M > 16 && wg) paths.push_back(kWgmma);

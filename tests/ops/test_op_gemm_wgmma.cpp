@@ -94,13 +94,7 @@ TEST_CASE("op gemm: the wgmma kernel's weights by tensor-map copies", "[gpu][gem
     for (int M : {17, 300}) {
       OpActs x(M, int(c.K), int(c.K), seed++);
       const std::vector<int> rows = sample_rows(M);
-      const std::vector<float> rq = cpu_matmul(wq, x, rows), rk = cpu_matmul(wk, x, rows), rv = cpu_matmul(wv, x, rows);
-      std::vector<float> ref(rows.size() * size_t(N));
-      for (size_t j = 0; j < rows.size(); ++j) {
-        std::copy(rq.begin() + j * c.q, rq.begin() + (j + 1) * c.q, ref.begin() + j * N);
-        std::copy(rk.begin() + j * c.k, rk.begin() + (j + 1) * c.k, ref.begin() + j * N + c.q);
-        std::copy(rv.begin() + j * c.v, rv.begin() + (j + 1) * c.v, ref.begin() + j * N + c.q + c.k);
-      }
+      const std::vector<float> ref = group_ref(wq, wk, &wv, x, rows);
       for (int ks : {1, 2}) {
         check_gemm(wq, nullptr, x, Epilogue::kStoreF32, int(N) + 4, rows, ref, nullptr, seed++, kWgmma, &wk, &wv,
                    128, ks, kTma);
@@ -154,13 +148,7 @@ TEST_CASE("op gemm: the wgmma hybrid of whole waves and a split rest", "[gpu][ge
     const int64_t N = c.q + c.k + c.v;
     OpActs x(100, int(c.K), int(c.K), seed++);
     const std::vector<int> rows = sample_rows(100);
-    const std::vector<float> rq = cpu_matmul(wq, x, rows), rk = cpu_matmul(wk, x, rows), rv = cpu_matmul(wv, x, rows);
-    std::vector<float> ref(rows.size() * size_t(N));
-    for (size_t j = 0; j < rows.size(); ++j) {
-      std::copy(rq.begin() + j * c.q, rq.begin() + (j + 1) * c.q, ref.begin() + j * N);
-      std::copy(rk.begin() + j * c.k, rk.begin() + (j + 1) * c.k, ref.begin() + j * N + c.q);
-      std::copy(rv.begin() + j * c.v, rv.begin() + (j + 1) * c.v, ref.begin() + j * N + c.q + c.k);
-    }
+    const std::vector<float> ref = group_ref(wq, wk, &wv, x, rows);
     for (int ks : {1, 2}) {
       check_gemm(wq, nullptr, x, Epilogue::kStoreF32, int(N), rows, ref, nullptr, seed++, kWgmma, &wk, &wv, 256, ks, 0,
                  c.head);
