@@ -8,14 +8,10 @@
 // and kWarps head vectors; it first builds that token's cos/sin table
 // (D/2 entries) in shared memory, shared by all its heads.
 //
-// Angles: position p = *past + m is read on the device (in a batched pass:
-// the token's piece's past + its index in the piece). inv_freq_i =
-// theta^(-2i/D) is computed on the host in double exactly as the CPU
-// reference does (it depends on theta and D only, never on the position)
-// and passed by value; the device forms p * inv_freq_i in double and
-// reduces it modulo 2*pi in double before an accurate sincosf, so angles
-// stay exact to fp32 rounding at any position (an fp32 product alone would
-// be ~2e-3 rad off at p = 32768).
+// Position p = *past + m is read on the device (in a batched pass: the
+// token's piece's past + its index in the piece); the per-head math (norm,
+// angles, rotation) is kernels/qk_rope.cuh, shared with the decode
+// attention that does it in its own prologue.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -24,13 +20,14 @@
 
 #include "kernels/kernels.h"
 #include "kernels/pdl.h"
+#include "kernels/qk_rope.cuh"
 #include "qsp/qsp.h"
 
 namespace qsp {
 namespace kern {
 namespace {
 
-constexpr int kMaxHeadDim = 128;
+using rope::kMaxHeadDim;
 constexpr int kWarps = 8;  // head vectors per block
 
 struct RopeParams {
@@ -47,17 +44,6 @@ struct RopeParams {
   int ld, M, n_heads, n_kv_heads, max_seq;
   float eps;
   double inv_freq[kMaxHeadDim / 2];
-};
-
-template <int E>
-struct VecF;  // E consecutive floats
-template <>
-struct VecF<2> {
-  using T = float2;
-};
-template <>
-struct VecF<4> {
-  using T = float4;
 };
 
 template <int D, int kStyle, bool kVecLoad, bool kBatch>
@@ -85,15 +71,7 @@ __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p
     k_cache = p.k_cache;
     v_cache = p.v_cache;
   }
-  for (int i = int(threadIdx.x); i < kHalf; i += kWarps * 32) {
-    const double ang = double(pos) * p.inv_freq[i];
-    const double turns = rint(ang * 0.15915494309189535);  // 1 / (2 pi)
-    const float r = float(fma(-turns, 6.283185307179586, ang));
-    float sn, cs;
-    sincosf(r, &sn, &cs);
-    s_cos[i] = cs;
-    s_sin[i] = sn;
-  }
+  rope::angles<D>(pos, p.inv_freq, s_cos, s_sin, int(threadIdx.x), kWarps * 32);
   __syncthreads();
 
   const int lane = int(threadIdx.x) & 31;
@@ -107,50 +85,8 @@ __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p
   const float* src = p.qkv + size_t(m) * p.ld + size_t(vec) * D + lane * E;
 
   float x[E];
-  if constexpr (kVecLoad) {
-    const typename VecF<E>::T v = *reinterpret_cast<const typename VecF<E>::T*>(src);
-    const float* f = reinterpret_cast<const float*>(&v);
-#pragma unroll
-    for (int e = 0; e < E; ++e) x[e] = f[e];
-  } else {
-#pragma unroll
-    for (int e = 0; e < E; ++e) x[e] = src[e];
-  }
-
-  if (kind < 2) {
-    const float* nw = kind == 0 ? p.q_norm : p.k_norm;
-    if (nw) {
-      float ss = 0.0f;
-#pragma unroll
-      for (int e = 0; e < E; ++e) ss = fmaf(x[e], x[e], ss);
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-      const float scale = 1.0f / sqrtf(ss / float(D) + p.eps);
-#pragma unroll
-      for (int e = 0; e < E; ++e) x[e] = x[e] * scale * nw[lane * E + e];
-    }
-    if constexpr (kStyle == QSP_ROPE_NEOX) {
-      // Lanes 0-15 hold the first half (a), lanes 16-31 the second (b).
-      const bool first = lane < 16;
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const float other = __shfl_xor_sync(0xffffffffu, x[e], 16);
-        const int i = (lane & 15) * E + e;
-        const float c = s_cos[i], s = s_sin[i];
-        x[e] = first ? x[e] * c - other * s   // a' = a cos - b sin
-                     : other * s + x[e] * c;  // b' = a sin + b cos
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < E; e += 2) {
-        const int i = (lane * E + e) / 2;
-        const float c = s_cos[i], s = s_sin[i];
-        const float a = x[e], b = x[e + 1];
-        x[e] = a * c - b * s;
-        x[e + 1] = a * s + b * c;
-      }
-    }
-  }
+  rope::load<E, kVecLoad>(x, src);
+  if (kind < 2) rope::norm_rotate<D, kStyle>(x, kind == 0 ? p.q_norm : p.k_norm, p.eps, s_cos, s_sin, lane);
 
   __half* dst;
   if (kind == 0) {
@@ -159,31 +95,7 @@ __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p
     if (pos < 0 || pos >= max_seq) return;  // out of the cache: nothing to write
     dst = (kind == 1 ? k_cache : v_cache) + (size_t(h) * max_seq + pos) * D;
   }
-  dst += lane * E;
-  if constexpr (E == 4) {
-    __half2 lo = __floats2half2_rn(x[0], x[1]), hi = __floats2half2_rn(x[2], x[3]);
-    uint2 u;
-    u.x = *reinterpret_cast<uint32_t*>(&lo);
-    u.y = *reinterpret_cast<uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(dst) = u;
-  } else {
-    *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(x[0], x[1]);
-  }
-}
-
-// inv_freq_i = theta^(-2i/D) in double, as the CPU reference computes it.
-// Cached per host thread: it only changes with (theta, head_dim).
-const double* inv_freq_table(float theta, int head_dim) {
-  thread_local float c_theta = 0.0f;
-  thread_local int c_dim = 0;
-  thread_local double c_tab[kMaxHeadDim / 2];
-  if (c_theta != theta || c_dim != head_dim) {
-    for (int i = 0; i < head_dim / 2; ++i)
-      c_tab[i] = std::pow(double(theta), -2.0 * double(i) / double(head_dim));
-    c_theta = theta;
-    c_dim = head_dim;
-  }
-  return c_tab;
+  rope::store_half<E>(dst + lane * E, x);
 }
 
 template <int D, int kStyle, bool kVecLoad, bool kBatch>
@@ -206,23 +118,26 @@ bool aligned(const void* ptr, size_t a) { return (reinterpret_cast<uintptr_t>(pt
 
 }  // namespace
 
-cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream) {
+bool qk_rope_args_ok(const QkRopeArgs& a) {
   const bool batch = a.seqs != nullptr;
-  if (!a.qkv || !a.q_out) return cudaErrorInvalidValue;
-  if (batch ? !a.token_seq || a.layer < 0 : !a.k_cache || !a.v_cache || !a.past || a.max_seq < 1)
-    return cudaErrorInvalidValue;
-  if (a.head_dim != 64 && a.head_dim != 128) return cudaErrorInvalidValue;
-  if (a.M < 1 || a.n_heads < 1 || a.n_kv_heads < 1) return cudaErrorInvalidValue;
-  if (a.rope_style != QSP_ROPE_NEOX && a.rope_style != QSP_ROPE_INTERLEAVED) return cudaErrorInvalidValue;
-  if (!(a.theta > 0.0f) || !std::isfinite(a.theta) || !(a.eps >= 0.0f)) return cudaErrorInvalidValue;
+  if (!a.qkv || !a.q_out) return false;
+  if (batch ? !a.token_seq || a.layer < 0 : !a.k_cache || !a.v_cache || !a.past || a.max_seq < 1) return false;
+  if (a.head_dim != 64 && a.head_dim != 128) return false;
+  if (a.M < 1 || a.n_heads < 1 || a.n_kv_heads < 1) return false;
+  if (a.rope_style != QSP_ROPE_NEOX && a.rope_style != QSP_ROPE_INTERLEAVED) return false;
+  if (!(a.theta > 0.0f) || !std::isfinite(a.theta) || !(a.eps >= 0.0f)) return false;
   const int64_t qkv_cols = int64_t(a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
-  if (a.ld < qkv_cols) return cudaErrorInvalidValue;
-  if (int64_t(a.n_heads + 2 * a.n_kv_heads + kWarps - 1) / kWarps > 65535) return cudaErrorInvalidValue;
+  if (a.ld < qkv_cols) return false;
+  if (int64_t(a.n_heads + 2 * a.n_kv_heads + kWarps - 1) / kWarps > 65535) return false;
   // fp16 stores of D/32 elements per lane.
   const size_t st_align = size_t(a.head_dim / 32) * sizeof(__half);
-  if (!aligned(a.q_out, st_align) || !aligned(a.k_cache, st_align) || !aligned(a.v_cache, st_align))
-    return cudaErrorInvalidValue;
-  if (!aligned(a.qkv, sizeof(float))) return cudaErrorInvalidValue;
+  if (!aligned(a.q_out, st_align) || !aligned(a.k_cache, st_align) || !aligned(a.v_cache, st_align)) return false;
+  return aligned(a.qkv, sizeof(float));
+}
+
+cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream) {
+  if (!qk_rope_args_ok(a)) return cudaErrorInvalidValue;
+  const bool batch = a.seqs != nullptr;
   const size_t ld_align = size_t(a.head_dim / 32) * sizeof(float);
   const bool vec = aligned(a.qkv, ld_align) && (size_t(a.ld) * sizeof(float)) % ld_align == 0;
 
@@ -243,7 +158,7 @@ cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream) {
   p.n_kv_heads = a.n_kv_heads;
   p.max_seq = a.max_seq;
   p.eps = a.eps;
-  const double* tab = inv_freq_table(a.theta, a.head_dim);
+  const double* tab = rope::inv_freq_table(a.theta, a.head_dim);
   for (int i = 0; i < a.head_dim / 2; ++i) p.inv_freq[i] = tab[i];
   for (int i = a.head_dim / 2; i < kMaxHeadDim / 2; ++i) p.inv_freq[i] = 0.0;
   if (batch)
