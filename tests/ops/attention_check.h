@@ -118,6 +118,27 @@ struct AttnRig {
     a.scratch_bytes = scratch_bytes;
     return a;
   }
+  // qk_rope's arguments over this rig: queries into q, keys and values into
+  // the caches at past (qkv: [M][ld] fp32; norms may be nullptr).
+  kern::QkRopeArgs rope_args(const float* qkv, int ld, const float* q_norm, const float* k_norm, int style) const {
+    kern::QkRopeArgs r;
+    r.qkv = qkv;
+    r.ld = ld;
+    r.q_norm = q_norm;
+    r.k_norm = k_norm;
+    r.q_out = q.as<__half>();
+    r.k_cache = k.as<__half>();
+    r.v_cache = v.as<__half>();
+    r.M = c.M;
+    r.n_heads = c.n_heads;
+    r.n_kv_heads = c.n_kv_heads;
+    r.head_dim = c.head_dim;
+    r.max_seq = c.max_seq;
+    r.past = past.as<int32_t>();
+    r.theta = c.head_dim == 64 ? 10000.0f : 1000000.0f;
+    r.rope_style = style;
+    return r;
+  }
 };
 
 // Every output element written and finite; the sampled rows match the CPU op

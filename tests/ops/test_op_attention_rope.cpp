@@ -11,7 +11,7 @@
 // (fused) and three (not fused); and the arguments it refuses.
 #include <sstream>
 
-#include "ops/harness.h"
+#include "ops/attention_check.h"
 
 using namespace qsp_test;
 namespace kern = qsp::kern;
@@ -43,55 +43,25 @@ void run_fused_case(const FusedCase& c, Rng& rng) {
         kc[idx] = qsp::fp32_to_fp16(rng.normal(0, 2.0f));
         vc[idx] = qsp::fp32_to_fp16(rng.normal());
       }
-  DevBuf d_qkv(qkv.size() * 4), d_qn(size_t(D) * 4), d_kn(size_t(D) * 4), d_past(4);
+  DevBuf d_qkv(qkv.size() * 4), d_qn(size_t(D) * 4), d_kn(size_t(D) * 4);
   d_qkv.upload(qkv);
   d_qn.upload(qn);
   d_kn.upload(kn);
-  set_past(d_past, c.past);
-  const size_t scratch = kern::attention_scratch_bytes(c.M, c.n_heads, D, max_seq);
-  DevBuf d_scratch(std::max<size_t>(scratch, 16));
 
-  // One run: fused (AttnArgs::rope) or two launches. Returns out, k, v.
+  // One run on fresh buffers: fused (AttnArgs::rope) or two launches.
   struct Result {
     std::vector<uint16_t> out, k, v;
   };
   const auto run = [&](bool fused) {
-    DevBuf d_q(size_t(c.M) * Q * 2), d_out(size_t(c.M) * Q * 2), d_k(kc.size() * 2), d_v(vc.size() * 2);
-    d_q.poison();
-    d_out.poison();
-    d_k.upload(kc);
-    d_v.upload(vc);
-    kern::QkRopeArgs r;
-    r.qkv = d_qkv.as<float>();
-    r.ld = ld;
-    r.q_norm = c.norm ? d_qn.as<float>() : nullptr;
-    r.k_norm = c.norm ? d_kn.as<float>() : nullptr;
-    r.q_out = d_q.as<__half>();
-    r.k_cache = d_k.as<__half>();
-    r.v_cache = d_v.as<__half>();
-    r.M = c.M;
-    r.n_heads = c.n_heads;
-    r.n_kv_heads = c.n_kv_heads;
-    r.head_dim = D;
-    r.max_seq = max_seq;
-    r.past = d_past.as<int32_t>();
-    r.eps = 1e-6f;
-    r.theta = D == 64 ? 10000.0f : 1000000.0f;
-    r.rope_style = c.style;
-    kern::AttnArgs a;
-    a.q = d_q.as<__half>();
-    a.k_cache = d_k.as<__half>();
-    a.v_cache = d_v.as<__half>();
-    a.out = d_out.as<__half>();
-    a.M = c.M;
-    a.n_heads = c.n_heads;
-    a.n_kv_heads = c.n_kv_heads;
-    a.head_dim = D;
-    a.max_seq = max_seq;
-    a.past = d_past.as<int32_t>();
-    a.scale = 1.0f / std::sqrt(float(D));
-    a.scratch = d_scratch.p;
-    a.scratch_bytes = scratch;
+    AttnRig rig(AttnCase{D, c.n_heads, c.n_kv_heads, c.M, c.past, max_seq}, true);
+    rig.q.poison();
+    rig.out.poison();
+    rig.k.upload(kc);
+    rig.v.upload(vc);
+    set_past(rig.past, c.past);
+    const kern::QkRopeArgs r = rig.rope_args(d_qkv.as<float>(), ld, c.norm ? d_qn.as<float>() : nullptr,
+                                             c.norm ? d_kn.as<float>() : nullptr, c.style);
+    kern::AttnArgs a = rig.args();
     if (fused) {
       a.q = nullptr;  // unused with rope
       a.rope = &r;
@@ -100,7 +70,7 @@ void run_fused_case(const FusedCase& c, Rng& rng) {
     }
     CUDA_REQUIRE(kern::attention(a, nullptr));
     CUDA_REQUIRE(cudaDeviceSynchronize());
-    return Result{d_out.download<uint16_t>(), d_k.download<uint16_t>(), d_v.download<uint16_t>()};
+    return Result{rig.out.download<uint16_t>(), rig.k.download<uint16_t>(), rig.v.download<uint16_t>()};
   };
   const Result two = run(false), one = run(true);
   size_t nan = 0;
@@ -134,37 +104,16 @@ TEST_CASE("op attention: the decode step's QK-norm / RoPE / KV write in the kern
   for (const FusedCase& c : cases) run_fused_case(c, rng);
 
   // Refused: rope arguments that are not the attention's.
-  const int D = 128, max_seq = 64;
-  DevBuf d_qkv(size_t(48) * D * 4), d_q(size_t(32) * D * 2), d_out(size_t(32) * D * 2),
-      d_k(size_t(8) * max_seq * D * 2), d_v(size_t(8) * max_seq * D * 2), d_past(4), d_k2(size_t(8) * max_seq * D * 2);
-  set_past(d_past, 3);
-  kern::QkRopeArgs r;
-  r.qkv = d_qkv.as<float>();
-  r.ld = 48 * D;
-  r.q_out = d_q.as<__half>();
-  r.k_cache = d_k.as<__half>();
-  r.v_cache = d_v.as<__half>();
-  r.M = 1;
-  r.n_heads = 32;
-  r.n_kv_heads = 8;
-  r.head_dim = D;
-  r.max_seq = max_seq;
-  r.past = d_past.as<int32_t>();
-  kern::AttnArgs a;
-  a.k_cache = d_k.as<__half>();
-  a.v_cache = d_v.as<__half>();
-  a.out = d_out.as<__half>();
-  a.M = 1;
-  a.n_heads = 32;
-  a.n_kv_heads = 8;
-  a.head_dim = D;
-  a.max_seq = max_seq;
-  a.past = d_past.as<int32_t>();
-  a.scale = 0.088f;
+  AttnRig rig(AttnCase{128, 32, 8, 1, 3, 64}, true), other(AttnCase{128, 32, 8, 1, 3, 64}, false);
+  DevBuf d_qkv(size_t(48) * 128 * 4);
+  set_past(rig.past, 3);
+  kern::QkRopeArgs r = rig.rope_args(d_qkv.as<float>(), 48 * 128, nullptr, nullptr, QSP_ROPE_NEOX);
+  kern::AttnArgs a = rig.args();
+  a.q = nullptr;
   a.rope = &r;
-  r.k_cache = d_k2.as<__half>();  // another cache
+  r.k_cache = other.k.as<__half>();  // another cache
   CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
-  r.k_cache = d_k.as<__half>();
+  r.k_cache = rig.k.as<__half>();
   r.n_kv_heads = 4;  // another shape
   CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
   r.n_kv_heads = 8;

@@ -7,7 +7,7 @@
 // line: {head_dim, n_heads, n_kv_heads, M, past, max_seq, rope style, qk-norm}.
 #include <sstream>
 
-#include "ops/harness.h"
+#include "ops/attention_check.h"
 
 using namespace qsp_test;
 namespace kern = qsp::kern;
@@ -36,33 +36,22 @@ void run_rope_case(const RopeCase& c, Rng& rng) {
   const std::vector<float> qn = randn(size_t(D), 0.2f, rng, 1.0f), kn = randn(size_t(D), 0.2f, rng, 1.0f);
   const float eps = 1e-6f, theta = c.head_dim == 64 ? 10000.0f : 1000000.0f;
 
-  DevBuf d_qkv(qkv.size() * 4), d_qn(size_t(D) * 4), d_kn(size_t(D) * 4), d_q(size_t(c.M) * Q * 2),
-      d_k(size_t(c.n_kv_heads) * c.max_seq * D * 2), d_v(size_t(c.n_kv_heads) * c.max_seq * D * 2), d_past(4);
+  DevBuf d_qkv(qkv.size() * 4), d_qn(size_t(D) * 4), d_kn(size_t(D) * 4);
+  AttnRig rig(AttnCase{D, c.n_heads, c.n_kv_heads, c.M, c.past, c.max_seq}, false);
+  DevBuf &d_q = rig.q, &d_k = rig.k, &d_v = rig.v;
   d_qkv.upload(qkv);
   d_qn.upload(qn);
   d_kn.upload(kn);
   d_q.poison();
   d_k.poison();
   d_v.poison();
-  set_past(d_past, c.past);
+  set_past(rig.past, c.past);
 
-  kern::QkRopeArgs a;
-  a.qkv = d_qkv.as<float>();
-  a.ld = ld;
-  a.q_norm = c.norm ? d_qn.as<float>() : nullptr;
-  a.k_norm = c.norm ? d_kn.as<float>() : nullptr;
-  a.q_out = d_q.as<__half>();
-  a.k_cache = d_k.as<__half>();
-  a.v_cache = d_v.as<__half>();
-  a.M = c.M;
-  a.n_heads = c.n_heads;
-  a.n_kv_heads = c.n_kv_heads;
-  a.head_dim = D;
-  a.max_seq = c.max_seq;
-  a.past = d_past.as<int32_t>();
+  kern::QkRopeArgs a =
+      rig.rope_args(d_qkv.as<float>(), ld, c.norm ? d_qn.as<float>() : nullptr, c.norm ? d_kn.as<float>() : nullptr,
+                    c.style);
   a.eps = eps;
   a.theta = theta;
-  a.rope_style = c.style;
   CUDA_REQUIRE(kern::qk_rope(a, nullptr));
   CUDA_REQUIRE(cudaDeviceSynchronize());
   const std::vector<uint16_t> gq = d_q.download<uint16_t>(), gk = d_k.download<uint16_t>(),
