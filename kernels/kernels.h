@@ -279,5 +279,12 @@ cudaError_t argmax_rows(const float* v, int32_t n, int64_t ld, int32_t n_rows, i
 // dst[i] += src[i], i < n (the ranks' residual streams summed on one GPU).
 cudaError_t add_f32(float* dst, const float* src, int64_t n, cudaStream_t stream);
 
+// ---- Row scatter (kernels/copy_rows.cu) -----------------------------------------
+// dst[r][i] = src[r * ld_src + i], i < cols, r < rows <= 65535; dst: a device
+// table of the rows' destinations (a batched pass's logits rows to their
+// contexts). dst_aligned: every destination 16-byte aligned.
+cudaError_t copy_rows(const float* src, int64_t ld_src, int32_t cols, float* const* dst, int32_t rows, bool dst_aligned,
+                      cudaStream_t stream);
+
 }  // namespace kern
 }  // namespace qsp

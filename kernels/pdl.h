@@ -72,10 +72,12 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 
 // The launchers, for QSP_PDL's list (one family at a time: which kernel a
 // failure with PDL needs).
-enum class PdlKernel { kGemv, kGemm, kWgmma, kRmsnorm, kQkRope, kAttention, kAttnWgmma, kCombine, kEmbed, kArgmax };
+enum class PdlKernel {
+  kGemv, kGemm, kWgmma, kRmsnorm, kQkRope, kAttention, kAttnWgmma, kCombine, kEmbed, kArgmax, kCopy
+};
 inline const char* pdl_name(PdlKernel k) {
-  static const char* const names[] = {"gemv",      "gemm",       "wgmma",   "rmsnorm", "qk_rope",
-                                      "attention", "attn_wgmma", "combine", "embed",   "argmax"};
+  static const char* const names[] = {"gemv",      "gemm",       "wgmma",   "rmsnorm", "qk_rope", "attention",
+                                      "attn_wgmma", "combine",   "embed",   "argmax",  "copy"};
   return names[int(k)];
 }
 
@@ -91,7 +93,7 @@ inline bool pdl_enabled(cudaStream_t stream, PdlKernel k) {
     if (!v || !*v || std::strcmp(v, "0") == 0) return 0u;
     if (std::strcmp(v, "1") == 0 || std::strcmp(v, "all") == 0) return ~0u;
     unsigned m = 0;
-    for (int i = 0; i <= int(PdlKernel::kArgmax); ++i) {
+    for (int i = 0; i <= int(PdlKernel::kCopy); ++i) {
       const char* name = pdl_name(PdlKernel(i));
       const size_t n = std::strlen(name);
       for (const char* at = std::strstr(v, name); at; at = std::strstr(at + 1, name))

@@ -92,9 +92,9 @@ TEST_CASE("GPU batched prefill: a long run of joining, decoding, truncated and c
 // step: the batch shape repeats, so the pass is captured at its second step
 // and replayed from the third (src/cuda/chunk_graphs.h, BatchGraphs), with
 // each step's positions and tokens copied in by the graph. A truncation, a
-// new order of the same sequences (another key: the logits go elsewhere) and
-// a prompt among the decode steps (another shape) must all still equal one
-// context at a time.
+// new order of the same sequences (the same graph: where the logits go is
+// data it copies in) and a prompt among the decode steps (another shape)
+// must all still equal one context at a time.
 TEST_CASE("GPU batched prefill: repeated decode steps through a batch graph follow one context at a time",
           "[gpu][batch][graph]") {
   QSP_REQUIRE_GPU();
@@ -123,4 +123,50 @@ TEST_CASE("GPU batched prefill: repeated decode steps through a batch graph foll
     w.step(pieces);
   }
   std::printf("    %u sequences, 14 decode steps: worst rel L2 %.3e\n", n, w.worst());
+}
+
+// A server's batches change members: one graph serves every set of contexts
+// of its shape (where the logits rows go is data the graph copies in), and
+// more shapes in turn than the graph cache holds (10 against 8) do not
+// capture at every step (a shape dropped and wanted again twice runs
+// eagerly). Every step equals one context at a time.
+TEST_CASE("GPU batched prefill: batch graphs over changing members and more shapes than the cache holds",
+          "[gpu][batch][graph]") {
+  QSP_REQUIRE_GPU();
+  const TestModel m = make_model(shape(true, QSP_DTYPE_Q4_0, 48));
+  std::mt19937_64 rng(48);
+  const uint32_t n = 12;
+  BatchWorld w(m, QSP_BACKEND_CUDA, n, 256, kTol);
+  std::vector<Piece> prompts;
+  for (uint32_t i = 0; i < n; ++i) {
+    Piece p;
+    p.slot = i;
+    p.n = 3 + uint32_t(rng() % 20);
+    p.tokens = random_tokens(p.n, m.spec.vocab, rng());
+    prompts.push_back(p);
+  }
+  w.step(prompts);
+  for (int s = 0; s < 44; ++s) {
+    INFO("step " << s);
+    // Even steps: 4 of the 12 contexts, another 4 each time (one shape);
+    // odd steps: the first 1 .. 10 contexts in turn (10 shapes).
+    std::vector<uint32_t> members;
+    if (s % 2 == 0) {
+      for (uint32_t i = 0; i < 4; ++i) members.push_back((uint32_t(s) * 5 + i * 3) % n);
+      std::sort(members.begin(), members.end());
+      members.erase(std::unique(members.begin(), members.end()), members.end());
+    } else {
+      for (uint32_t i = 0; i < 1 + uint32_t(s / 2) % 10; ++i) members.push_back(i);
+    }
+    std::vector<Piece> pieces;
+    for (uint32_t i : members) {
+      Piece p;
+      p.slot = i;
+      p.n = 1;
+      p.tokens = random_tokens(1, m.spec.vocab, rng());
+      pieces.push_back(p);
+    }
+    w.step(pieces);
+  }
+  std::printf("    %u sequences, 44 steps of changing members and shapes: worst rel L2 %.3e\n", n, w.worst());
 }

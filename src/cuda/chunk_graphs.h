@@ -6,8 +6,13 @@
 // position. A shape is captured at its second use (seen once is not worth a
 // capture: capture and instantiation cost about as much as a run), or at its
 // first where the key says so (the decode step), up to kMaxGraphs shapes, the
-// least recently used dropped first. A graph bakes in the weights' device
-// pointers: every graph is dropped when the context's weights change.
+// least recently used dropped first. A shape captured kMaxCaptures times
+// (dropped and wanted again: more shapes in turn than the cache holds) runs
+// eagerly from then on: a capture costs milliseconds, a cycle of one shape
+// more than the cache holds would otherwise capture at every use (2026-12-05:
+// a benchmark's 9 batch shapes in turn through 8 graphs did). A graph bakes
+// in the weights' device pointers: every graph is dropped when the context's
+// weights change.
 //
 // A context on several devices records a chunk on a stream per device (its
 // ranks), the NCCL all-reduces among them: all the streams are captured at
@@ -32,6 +37,7 @@ template <class Key>
 class GraphCache {
  public:
   static constexpr size_t kMaxGraphs = 8, kMaxSeen = 16;
+  static constexpr uint32_t kMaxCaptures = 2;
 
   GraphCache() = default;
   GraphCache(const GraphCache&) = delete;
@@ -52,19 +58,25 @@ class GraphCache {
     if (!enabled_) return nullptr;
     if (!graphs_.empty() && weights != weights_) drop();
     Graph* g = find(k);
-    if (!g && (k.eager_capture() || seen(k))) g = capture(k, weights, streams, devices, enqueue);
     if (!g) {
-      remember(k);
-      return nullptr;
+      Seen* s = seen(k);
+      if (!s) s = remember(k);
+      if ((k.eager_capture() || s->uses++ > 0) && s->captures < kMaxCaptures) {
+        g = capture(k, weights, streams, devices, enqueue);
+        if (g) ++seen(k)->captures;
+      }
+      if (!g) return nullptr;
     }
     g->last_use = ++clock_;
     return &g->exec;
   }
 
+  // Every graph gone (new weights): the shapes may be captured afresh.
   void drop() noexcept {
     for (Graph& g : graphs_) destroy(g.exec);
     graphs_.clear();
     weights_.clear();
+    for (Seen& s : seen_) s.captures = 0;
   }
   // Graphs off for good (a capture that failed where eager work succeeds).
   void disable() noexcept {
@@ -85,16 +97,27 @@ class GraphCache {
     exec.clear();
   }
 
+  // A shape run or captured before: how often it ran without a graph, and
+  // how often it was captured.
+  struct Seen {
+    Key key;
+    uint32_t uses, captures;
+  };
+
   Graph* find(const Key& k) {
     for (Graph& g : graphs_)
       if (g.key == k) return &g;
     return nullptr;
   }
-  bool seen(const Key& k) const { return std::find(seen_.begin(), seen_.end(), k) != seen_.end(); }
-  void remember(const Key& k) {
-    if (seen(k)) return;
+  Seen* seen(const Key& k) {
+    for (Seen& s : seen_)
+      if (s.key == k) return &s;
+    return nullptr;
+  }
+  Seen* remember(const Key& k) {
     if (seen_.size() == kMaxSeen) seen_.erase(seen_.begin());
-    seen_.push_back(k);
+    seen_.push_back(Seen{k, 0, 0});
+    return &seen_.back();
   }
 
   template <class Enqueue>
@@ -168,7 +191,7 @@ class GraphCache {
 
   bool enabled_ = true;
   std::vector<Graph> graphs_;        // at most kMaxGraphs
-  std::vector<Key> seen_;            // shapes run once, eagerly (at most kMaxSeen)
+  std::vector<Seen> seen_;           // shapes run or captured before (at most kMaxSeen, oldest dropped first)
   uint64_t clock_ = 0;               // last_use stamps
   std::vector<const void*> weights_;  // the tensors every graph in graphs_ bakes in
 };
@@ -186,7 +209,9 @@ using ChunkGraphs = GraphCache<ChunkKey>;
 // A batched pass (CudaBackend::prefill_batch): everything its launches and
 // copies depend on besides the contents of the metadata it copies in: the
 // counts that size grids and place the metadata, the batch workspaces'
-// buffers, and where the logits rows go (in order).
+// buffers, and, for contexts on several devices, where the logits rows go
+// (in order; on one device their destinations are metadata, so one graph
+// serves any contexts of its shape).
 struct BatchKey {
   std::vector<int64_t> shape;        // tokens, pieces, attention tiles, logits rows, ...
   std::vector<const void*> buffers;  // the workspaces' and the logits receivers'

@@ -91,8 +91,10 @@ bool CudaBackend::prefill_batch(const ModelTensors& w, const std::vector<BatchPi
   });
 
   // One copy of all the metadata per device: [seqs | tiles | tokens |
-  // token_seq | rows], each 16-byte aligned; the argmax results come back
-  // after it.
+  // token_seq | rows | dst], each 16-byte aligned; the argmax results come
+  // back after it. dst (one device, the contexts' own logits buffers): where
+  // each logits row goes, as data, so that a batch graph replays for any
+  // contexts of its shape (kern::copy_rows).
   size_t off = 0;
   const auto place = [&](size_t bytes) {
     const size_t at = off;
@@ -102,6 +104,10 @@ bool CudaBackend::prefill_batch(const ModelTensors& w, const std::vector<BatchPi
   const size_t o_seqs = place(seqs.size() * sizeof(kern::SeqDesc)), o_tiles = place(tiles.size() * sizeof(int2)),
                o_tokens = place(tokens.size() * sizeof(int32_t)), o_tseq = place(T * sizeof(int32_t)),
                o_rows = place(rows.size() * sizeof(int32_t));
+  std::vector<float*> dst;
+  if (n_ranks == 1)
+    for (uint32_t k = 0; k < R; ++k) dst.push_back(static_cast<float*>(logits_receiver(*owner[row_owner[k]], *ranks_[0])));
+  const size_t o_dst = place(dst.size() * sizeof(float*));
   const size_t up_bytes = off;
   const size_t o_argmax = place(rows.size() * sizeof(int32_t));
 
@@ -137,6 +143,7 @@ bool CudaBackend::prefill_batch(const ModelTensors& w, const std::vector<BatchPi
     std::memcpy(h + o_tokens, tokens.data(), tokens.size() * sizeof(int32_t));
     std::memcpy(h + o_tseq, token_seq.data(), T * sizeof(int32_t));
     std::memcpy(h + o_rows, rows.data(), rows.size() * sizeof(int32_t));
+    std::memcpy(h + o_dst, dst.data(), dst.size() * sizeof(float*));
   }
   if (n_ranks > 1) QSP_CUDA_CHECK(cudaSetDevice(ranks_[0]->dev));
 
@@ -185,11 +192,15 @@ bool CudaBackend::prefill_batch(const ModelTensors& w, const std::vector<BatchPi
                                        m.rms_eps, r.stream, reinterpret_cast<const int32_t*>(d + o_rows)));
       lm_head(w, r, a.xn, int32_t(R), lg, rank_rows);
       QSP_CUDA_CHECK(kern::argmax_rows(lg, rank_rows, int64_t(rank_rows), int32_t(R), d_argmax, r.stream));
-      for (uint32_t k = 0; k < R; ++k) {
-        const float* row = lg + size_t(k) * size_t(rank_rows);
-        QSP_CUDA_CHECK(cudaMemcpyAsync(logits_receiver(*owner[row_owner[k]], r), row,
-                                       size_t(rank_rows) * sizeof(float),
-                                       n_ranks == 1 ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost, r.stream));
+      if (n_ranks == 1) {
+        QSP_CUDA_CHECK(kern::copy_rows(lg, rank_rows, rank_rows, reinterpret_cast<float* const*>(d + o_dst),
+                                       int32_t(R), true, r.stream));
+      } else {
+        // Several devices: each rank's slice of the row into the owner's
+        // host logits (the gather), receivers in the graph's key.
+        for (uint32_t k = 0; k < R; ++k)
+          QSP_CUDA_CHECK(cudaMemcpyAsync(logits_receiver(*owner[row_owner[k]], r), lg + size_t(k) * size_t(rank_rows),
+                                         size_t(rank_rows) * sizeof(float), cudaMemcpyDeviceToHost, r.stream));
       }
       QSP_CUDA_CHECK(
           cudaMemcpyAsync(h_meta[ri] + o_argmax, d_argmax, R * sizeof(int32_t), cudaMemcpyDeviceToHost, r.stream));
@@ -208,7 +219,8 @@ bool CudaBackend::prefill_batch(const ModelTensors& w, const std::vector<BatchPi
       for (const DeviceBuffer* b : {&sp.x, &sp.xn, &sp.qkv, &sp.q, &sp.att, &sp.act, &sp.logits, &sp.meta})
         key.buffers.push_back(b->ptr);
       key.buffers.push_back(sp.h_meta.ptr);
-      for (uint32_t k = 0; k < R; ++k) key.buffers.push_back(logits_receiver(*owner[row_owner[k]], *ranks_[ri]));
+      if (n_ranks > 1)
+        for (uint32_t k = 0; k < R; ++k) key.buffers.push_back(logits_receiver(*owner[row_owner[k]], *ranks_[ri]));
     }
     try {
       g = batch_graphs_.get(key, weight_ids(w), streams_, devs_, enqueue_pass);
