@@ -6,13 +6,14 @@
 // position. A shape is captured at its second use (seen once is not worth a
 // capture: capture and instantiation cost about as much as a run), or at its
 // first where the key says so (the decode step), up to kMaxGraphs shapes, the
-// least recently used dropped first. A shape captured kMaxCaptures times
-// (dropped and wanted again: more shapes in turn than the cache holds) runs
-// eagerly from then on: a capture costs milliseconds, a cycle of one shape
-// more than the cache holds would otherwise capture at every use (2026-12-05:
-// a benchmark's 9 batch shapes in turn through 8 graphs did). A graph bakes
-// in the weights' device pointers: every graph is dropped when the context's
-// weights change.
+// least recently used dropped first. A batch shape captured twice (dropped
+// and wanted again: more shapes in turn than the cache holds) runs eagerly
+// from then on (Key::kMaxCaptures): a capture costs milliseconds, and a
+// cycle of one shape more than the cache holds would otherwise capture at
+// every use (2026-12-05: a benchmark's 9 batch shapes in turn through 8
+// graphs did). A context's own chunk shapes have no such limit (its decode
+// step must keep its graph). A graph bakes in the weights' device pointers:
+// every graph is dropped when the context's weights change.
 //
 // A context on several devices records a chunk on a stream per device (its
 // ranks), the NCCL all-reduces among them: all the streams are captured at
@@ -31,13 +32,13 @@
 namespace qsp {
 namespace cuda_impl {
 
-// Key: equality comparable, and `bool eager_capture() const` (capture at the
-// first use).
+// Key: equality comparable, `bool eager_capture() const` (capture at the
+// first use) and `static constexpr uint32_t kMaxCaptures` (captures of one
+// shape before it runs eagerly for good).
 template <class Key>
 class GraphCache {
  public:
   static constexpr size_t kMaxGraphs = 8, kMaxSeen = 16;
-  static constexpr uint32_t kMaxCaptures = 2;
 
   GraphCache() = default;
   GraphCache(const GraphCache&) = delete;
@@ -61,7 +62,7 @@ class GraphCache {
     if (!g) {
       Seen* s = seen(k);
       if (!s) s = remember(k);
-      if ((k.eager_capture() || s->uses++ > 0) && s->captures < kMaxCaptures) {
+      if ((k.eager_capture() || s->uses++ > 0) && s->captures < Key::kMaxCaptures) {
         g = capture(k, weights, streams, devices, enqueue);
         if (g) ++seen(k)->captures;
       }
@@ -203,6 +204,7 @@ struct ChunkKey {
   bool logits;
   bool operator==(const ChunkKey& o) const { return n == o.n && logits == o.logits; }
   bool eager_capture() const { return n == 1; }
+  static constexpr uint32_t kMaxCaptures = UINT32_MAX;
 };
 using ChunkGraphs = GraphCache<ChunkKey>;
 
@@ -217,6 +219,7 @@ struct BatchKey {
   std::vector<const void*> buffers;  // the workspaces' and the logits receivers'
   bool operator==(const BatchKey& o) const { return shape == o.shape && buffers == o.buffers; }
   bool eager_capture() const { return false; }
+  static constexpr uint32_t kMaxCaptures = 2;
 };
 using BatchGraphs = GraphCache<BatchKey>;
 
