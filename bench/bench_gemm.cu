@@ -345,7 +345,7 @@ int run(int argc, char** argv) {
           // run); a second line with the weights by tensor maps.
           for (bool tma_w : {false, true}) {
             std::printf("%-10s %-12s %5d %-5s   wgmma%s tile/splits:", sh.what, nk, M, fname, tma_w ? " tma_w" : "");
-            for (int bt : {256, 128})
+            for (int bt : {256, 128, 64})
               for (int ks : {1, 2, 4, 8}) {
                 const double t = forced_ms(qsp::kern::GemmPath::kWgmma, bt, ks, tma_w);
                 if (t > 0) {

@@ -9,7 +9,8 @@
 //     weights): ~330 TFLOPS on the H200.
 //  4. mma.sync, medium tiles with cluster split-K on sm_90 (too few large
 //     tiles, e.g. M = 17..512) where the wgmma kernel cannot run.
-// The wgmma kernel has two token tiles (256, 128) and its own cluster split-K
+// The wgmma kernel has two token tiles the plan picks from (256, 128; a third,
+// 64, only forced: gemm_plan.h) and its own cluster split-K
 // for grids below a wave.
 // plan_mma / plan_wgmma (kernels/gemm_plan.cpp) estimate 2-4 in one unit of
 // SM time; measured figures are in bench/RESULTS.md.
@@ -228,7 +229,8 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
       g.path != GemmPath::kGemv)
     return cudaErrorInvalidValue;
   if ((g.wg_tile != 0 || g.wg_splits != 0 || g.wg_head != 0) && g.path != GemmPath::kWgmma) return cudaErrorInvalidValue;
-  if (g.wg_tile != 0 && g.wg_tile != wgmma::kTokTileLarge && g.wg_tile != wgmma::kTokTileSmall) {
+  if (g.wg_tile != 0 && g.wg_tile != wgmma::kTokTileLarge && g.wg_tile != wgmma::kTokTileSmall &&
+      g.wg_tile != wgmma::kTokTileTiny) {
     return cudaErrorInvalidValue;
   }
   if (g.wg_splits != 0 && g.wg_splits != 1 && g.wg_splits != 2 && g.wg_splits != 4 && g.wg_splits != 8) {

@@ -18,6 +18,11 @@ namespace wgmma {
 // K chunk costs the pipeline's latency, ~0.7 of the 256 tile's time, on the
 // H200; bench/RESULTS.md, eighth session.)
 constexpr int kTokTileLarge = 256, kTokTileSmall = 128;
+// A 64-token tile, forced only (GemmArgs::wg_tile): dropped in the eighth
+// session (no faster per chunk than 128 then), back on 2026-12-05 to be
+// measured with the tensor-map weights (QSP_WGMMA_TMA_W), for the M = 64
+// GEMMs of a 64-sequence decode step. The plan model does not choose it.
+constexpr int kTokTileTiny = 64;
 // Weight rows ("virtual" rows: gate and up count separately) per block.
 constexpr int kBlockRows = 128;
 }  // namespace wgmma

@@ -9,7 +9,7 @@
 // setmaxnreg moves registers from the producer, 40, to the consumers, 232).
 //  - The block owns 128 weight rows ("virtual" rows: for kSwiGLU, 64 gate
 //    rows in warpgroup 0 and the same 64 up rows in warpgroup 1) and BT
-//    token rows (256 or 128). Warp q of warpgroup w owns the 16-row weight
+//    token rows (256 or 128; 64 forced only). Warp q of warpgroup w owns the 16-row weight
 //    tile 4w + q, which is exactly one tile of the layout of qweight.cuh.
 //  - Per 64-wide K chunk (one pipeline stage): one producer thread issues
 //    one TMA copy of the X tile [BT][64] fp16 (128-byte swizzle) and 16 bulk
@@ -414,9 +414,9 @@ int cluster_wave(int dev, int ks) {
 
 cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, cudaStream_t stream) {
 #if defined(QSP_WGMMA)
-  if (tok_tile != kTokTileLarge && tok_tile != kTokTileSmall) return cudaErrorInvalidValue;
+  if (tok_tile != kTokTileLarge && tok_tile != kTokTileSmall && tok_tile != kTokTileTiny) return cudaErrorInvalidValue;
   if (splits != 1 && splits != 2 && splits != 4 && splits != 8) return cudaErrorInvalidValue;
-  const bool large = tok_tile == kTokTileLarge;
+
   return dispatch_format(fmt, cudaErrorNotSupported, [&](auto f) {
     using T = typename decltype(f)::T;
     if constexpr (!T::kWgmma) {
@@ -425,7 +425,9 @@ cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int split
       constexpr WFormat F = decltype(f)::kFormat;
       return dispatch_epilogue(ep, [&](auto e) {
         constexpr Epilogue EP = decltype(e)::value;
-        return large ? launch<F, kTokTileLarge, EP>(a, splits, stream) : launch<F, kTokTileSmall, EP>(a, splits, stream);
+        if (tok_tile == kTokTileLarge) return launch<F, kTokTileLarge, EP>(a, splits, stream);
+        if (tok_tile == kTokTileSmall) return launch<F, kTokTileSmall, EP>(a, splits, stream);
+        return launch<F, kTokTileTiny, EP>(a, splits, stream);
       });
     }
   });

@@ -129,6 +129,8 @@ __device__ __forceinline__ uint64_t smem_desc_mn(uint32_t addr, uint32_t lbo) {
 // names %0.. of the instruction's D list.
 #define QSP_WG_F8(d, i) \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define QSP_WG_ACC32(d) QSP_WG_F8(d, 0), QSP_WG_F8(d, 8), QSP_WG_F8(d, 16), QSP_WG_F8(d, 24)
+#define QSP_WG_NAMES_0_31 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define QSP_WG_ACC64(d) \
   QSP_WG_F8(d, 0), QSP_WG_F8(d, 8), QSP_WG_F8(d, 16), QSP_WG_F8(d, 24), QSP_WG_F8(d, 32), QSP_WG_F8(d, 40), \
       QSP_WG_F8(d, 48), QSP_WG_F8(d, 56)
@@ -168,6 +170,19 @@ struct Mma<128, TB> {
   }
 };
 
+template <int TB>
+struct Mma<64, TB> {
+  __device__ __forceinline__ static void run(float (&d)[32], const uint32_t (&a)[4], uint64_t desc, int acc = 1) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{" QSP_WG_NAMES_0_31 "}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : QSP_WG_ACC32(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(acc), "n"(TB));
+  }
+};
+
 // D[64 x 128] (+)= A[64 x 16] * B[16 x 128], both from shared memory
 // (K-major descriptors).
 __device__ __forceinline__ void mma_ss_n128(float (&d)[64], uint64_t adesc, uint64_t bdesc, int acc) {
@@ -181,6 +196,8 @@ __device__ __forceinline__ void mma_ss_n128(float (&d)[64], uint64_t adesc, uint
 }
 
 #undef QSP_WG_F8
+#undef QSP_WG_ACC32
+#undef QSP_WG_NAMES_0_31
 #undef QSP_WG_ACC64
 #undef QSP_WG_ACC128
 #undef QSP_WG_NAMES_0_63

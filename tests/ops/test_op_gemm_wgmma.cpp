@@ -21,7 +21,7 @@ bool wgmma_here() {
 
 }  // namespace
 
-// The wgmma kernel's token tiles (256, 128) and clustered K splits
+// The wgmma kernel's token tiles (256, 128, and 64, forced only) and clustered K splits
 // (1, 2, 4, 8) each forced: M inside one tile, across tiles and with a
 // partial last tile; K splits that divide the chunks evenly, unevenly and
 // leave ranks with no chunk at all (K = 160: 3 chunks over 4 or 8 ranks);
@@ -29,7 +29,7 @@ bool wgmma_here() {
 TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][wgmma]") {
   QSP_REQUIRE_GPU();
   if (!wgmma_here()) return;
-  const std::vector<int> tiles = {256, 128}, splits = {1, 2, 4, 8};
+  const std::vector<int> tiles = {256, 128, 64}, splits = {1, 2, 4, 8};
   uint64_t seed = 2600;
   const struct {
     int32_t dt;
@@ -50,7 +50,7 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
   OpActs x(32, 64, 64, 10);
   DevBuf out(size_t(32) * 128 * 4);
   GemmArgs a = forced_wgmma(wq, x, out.as<float>());
-  a.wg_tile = 64;
+  a.wg_tile = 32;
   CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
   a.wg_tile = 128;
   a.wg_splits = 3;
@@ -77,7 +77,7 @@ TEST_CASE("op gemm: the wgmma kernel's weights by tensor-map copies", "[gpu][gem
   for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1, QSP_DTYPE_Q2_K,
                      QSP_DTYPE_Q3_K, QSP_DTYPE_Q4_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K}) {
     OpWeight w(dt, 1000, 512, seed++), w2(dt, 1000, 512, seed++);
-    gemm_sweep(w, w2, {17, 130}, seed++, kWgmma, {256, 128}, {1, 2}, kTma);
+    gemm_sweep(w, w2, {17, 130}, seed++, kWgmma, {256, 128, 64}, {1, 2}, kTma);
   }
   const struct {
     int32_t dt;
