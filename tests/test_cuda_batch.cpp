@@ -102,15 +102,8 @@ TEST_CASE("GPU batched prefill: repeated decode steps through a batch graph foll
   std::mt19937_64 rng(47);
   const uint32_t n = 12;
   BatchWorld w(m, QSP_BACKEND_CUDA, n, 256, kTol);
-  const auto tokens_piece = [&](uint32_t slot, uint32_t len) {
-    Piece p;
-    p.slot = slot;
-    p.n = len;
-    p.tokens = random_tokens(len, m.spec.vocab, rng());
-    return p;
-  };
   std::vector<Piece> prompts;
-  for (uint32_t i = 0; i < n; ++i) prompts.push_back(tokens_piece(i, 5 + uint32_t(rng() % 60)));
+  for (uint32_t i = 0; i < n; ++i) prompts.push_back(token_piece(m, i, 5 + uint32_t(rng() % 60), rng));
   w.step(prompts);
   std::vector<uint32_t> order(n);
   for (uint32_t i = 0; i < n; ++i) order[i] = i;
@@ -119,7 +112,7 @@ TEST_CASE("GPU batched prefill: repeated decode steps through a batch graph foll
     if (s == 6) w.truncate(3, w.kv(3) / 2);                     // same shape, other positions
     if (s == 9) std::shuffle(order.begin(), order.end(), rng);  // same shape, other order
     std::vector<Piece> pieces;
-    for (uint32_t i : order) pieces.push_back(tokens_piece(i, s == 11 && i == order[0] ? 9 : 1));
+    for (uint32_t i : order) pieces.push_back(token_piece(m, i, s == 11 && i == order[0] ? 9 : 1, rng));
     w.step(pieces);
   }
   std::printf("    %u sequences, 14 decode steps: worst rel L2 %.3e\n", n, w.worst());
@@ -138,13 +131,7 @@ TEST_CASE("GPU batched prefill: batch graphs over changing members and more shap
   const uint32_t n = 12;
   BatchWorld w(m, QSP_BACKEND_CUDA, n, 256, kTol);
   std::vector<Piece> prompts;
-  for (uint32_t i = 0; i < n; ++i) {
-    Piece p;
-    p.slot = i;
-    p.n = 3 + uint32_t(rng() % 20);
-    p.tokens = random_tokens(p.n, m.spec.vocab, rng());
-    prompts.push_back(p);
-  }
+  for (uint32_t i = 0; i < n; ++i) prompts.push_back(token_piece(m, i, 3 + uint32_t(rng() % 20), rng));
   w.step(prompts);
   for (int s = 0; s < 44; ++s) {
     INFO("step " << s);
@@ -159,13 +146,7 @@ TEST_CASE("GPU batched prefill: batch graphs over changing members and more shap
       for (uint32_t i = 0; i < 1 + uint32_t(s / 2) % 10; ++i) members.push_back(i);
     }
     std::vector<Piece> pieces;
-    for (uint32_t i : members) {
-      Piece p;
-      p.slot = i;
-      p.n = 1;
-      p.tokens = random_tokens(1, m.spec.vocab, rng());
-      pieces.push_back(p);
-    }
+    for (uint32_t i : members) pieces.push_back(token_piece(m, i, 1, rng));
     w.step(pieces);
   }
   std::printf("    %u sequences, 44 steps of changing members and shapes: worst rel L2 %.3e\n", n, w.worst());

@@ -142,18 +142,25 @@ class BatchWorld {
   std::vector<qsp_context*> batch_, twin_;
 };
 
-// A random piece for `slot` of n tokens (ids, or embeddings one time in five).
-inline Piece random_piece(const TestModel& m, uint32_t slot, uint32_t n, std::mt19937_64& rng) {
+// A piece for `slot` of n random token ids (what a batch graph can replay:
+// pieces given as embeddings run eagerly).
+inline Piece token_piece(const TestModel& m, uint32_t slot, uint32_t n, std::mt19937_64& rng) {
   Piece p;
   p.slot = slot;
   p.n = n;
-  if (rng() % 5 == 0) {
-    std::normal_distribution<float> nd(0.0f, 0.05f);
-    p.embeddings.resize(size_t(n) * m.spec.hidden);
-    for (auto& v : p.embeddings) v = nd(rng);
-  } else {
-    p.tokens = random_tokens(n, m.spec.vocab, rng());
-  }
+  p.tokens = random_tokens(n, m.spec.vocab, rng());
+  return p;
+}
+
+// A random piece for `slot` of n tokens (ids, or embeddings one time in five).
+inline Piece random_piece(const TestModel& m, uint32_t slot, uint32_t n, std::mt19937_64& rng) {
+  if (rng() % 5 != 0) return token_piece(m, slot, n, rng);
+  Piece p;
+  p.slot = slot;
+  p.n = n;
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  p.embeddings.resize(size_t(n) * m.spec.hidden);
+  for (auto& v : p.embeddings) v = nd(rng);
   return p;
 }
 
