@@ -205,28 +205,7 @@ int32_t attention_batch_tile_tokens(int32_t max_piece, int32_t n_heads, int32_t 
   return make_batch_plan(max_piece, n_heads, n_kv_heads, 1).tokens;
 }
 
-cudaError_t attention(const AttnArgs& args, cudaStream_t stream) {
-  // AttnArgs::rope: checked against the attention's own arguments, then
-  // either fused into the decode kernel (run_mma_rope, below) or a qk_rope
-  // launch first.
-  const QkRopeArgs* rope = args.rope;
-  AttnArgs a = args;
-  if (rope) {
-    const QkRopeArgs& r = *rope;
-    if (!qk_rope_args_ok(r) || r.M != a.M || r.n_heads != a.n_heads || r.n_kv_heads != a.n_kv_heads ||
-        r.head_dim != a.head_dim || r.seqs != a.seqs || (a.seqs && r.layer != a.layer) ||
-        (!a.seqs && (r.k_cache != a.k_cache || r.v_cache != a.v_cache || r.max_seq != a.max_seq || r.past != a.past)))
-      return cudaErrorInvalidValue;
-    a.rope = nullptr;
-    a.q = r.q_out;
-    const bool fuse = !a.seqs && a.M == 1 && a.path != AttnPath::kWgmma && a.n_kv_heads > 0 &&
-                      a.n_heads % a.n_kv_heads == 0 && a.n_heads / a.n_kv_heads <= attn::kRopeMaxGroup &&
-                      aligned16(r.qkv);
-    if (!fuse) {
-      const cudaError_t e = qk_rope(r, stream);
-      return e != cudaSuccess ? e : attention(a, stream);
-    }
-  }
+cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
   if (a.seqs) {
     // A batched pass: the pieces and tiles are device data the caller built.
     if (!a.q || !a.out || !a.tiles || a.n_tiles < 1 || a.layer < 0 || a.max_piece < 1 || a.max_piece > a.M)
@@ -272,7 +251,6 @@ cudaError_t attention(const AttnArgs& args, cudaStream_t stream) {
     e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
     if (a.head_dim == attn90::kHeadDim && attn90::available(dev)) {
-      if (rope && (e = qk_rope(*rope, stream)) != cudaSuccess) return e;
       attn90::Args w;
       w.q = a.q;
       w.k_cache = a.k_cache;
@@ -289,10 +267,6 @@ cudaError_t attention(const AttnArgs& args, cudaStream_t stream) {
       return attn90::run(w, stream);
     }
     if (a.path == AttnPath::kWgmma) return cudaErrorNotSupported;
-  }
-  if (rope) {
-    if (pl.cfg == kSmall && pl.gp == group) return attn::run_mma_rope(a, *rope, pl, stream);
-    if ((e = qk_rope(*rope, stream)) != cudaSuccess) return e;
   }
   return attn::run_mma(a, pl, stream);
 }

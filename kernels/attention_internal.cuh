@@ -77,17 +77,9 @@ struct Plan {
 constexpr int kCombineThreads = 256;
 constexpr int kCombineMaxSplits = kCombineThreads;  // one lse per thread
 
-// Query heads per KV head the fused decode prologue takes (run_mma_rope: its
-// rows and the new K and V stay in registers, loaded all at once).
-constexpr int kRopeMaxGroup = 8;
-
 // The mma.sync kernel of plan pl (and the combine when it splits the keys);
 // kernels/attention_mma.cu.
 cudaError_t run_mma(const AttnArgs& a, const Plan& pl, cudaStream_t stream);
-// The same with the decode step's QK-norm / RoPE / KV write done in the
-// kernel's prologue (attention() checked that it applies: one token, a
-// kSmall plan with one block row per KV head, group <= 8).
-cudaError_t run_mma_rope(const AttnArgs& a, const QkRopeArgs& rope, const Plan& pl, cudaStream_t stream);
 // out[row] = the merge of n_splits partials (o_part [n_splits][rows][D],
 // lse_part [n_splits][rows], base 2); D = head_dim; kernels/attention_combine.cu.
 cudaError_t launch_combine(const float* o_part, const float* lse_part, __half* out, int rows, int n_splits,

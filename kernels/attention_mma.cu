@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -16,7 +15,6 @@
 #include "kernels/pdl.h"
 #include "kernels/per_device.h"
 #include "kernels/ptx.cuh"
-#include "kernels/qk_rope.cuh"
 
 namespace qsp {
 namespace kern {
@@ -48,23 +46,6 @@ struct FwdParams {
   const SeqDesc* seqs;
   const int2* tiles;
   int layer, n_kv_heads;
-};
-
-// The decode step's QK-norm / RoPE / KV write done by the attention blocks
-// themselves (kRope != 0, AttnArgs::rope; one token, one block row per KV
-// head): each block forms its query rows from the fp32 QKV row, and the
-// block whose split holds the last key (the new token's) forms and writes
-// that key and value into the cache before it loads the tile. The math is
-// qk_rope's own (kernels/qk_rope.cuh), so the result is the same bits as a
-// qk_rope launch followed by the plain kernel.
-struct RopeIn {
-  const float* qkv;  // the token's row: q heads, k heads, v heads (16-byte aligned)
-  const float* q_norm;
-  const float* k_norm;
-  __half* k_cache;  // the layer's cache (p.k / p.v, writable)
-  __half* v_cache;
-  float eps;
-  double inv_freq[rope::kMaxHeadDim / 2];
 };
 
 // Which rows and keys a block owns. The epilogue calls this again instead of
@@ -136,10 +117,8 @@ __device__ __forceinline__ Span block_span(const FwdParams& p, int t0) {
   return s;
 }
 
-// kRope: 0, or 1 + the RoPE style (QSP_ROPE_*) of the fused decode prologue.
-template <class Kt, bool kBatch, int kRope>
-__global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm)
-    attn_fwd_kernel(const FwdParams p, const RopeIn rp) {
+template <class Kt, bool kBatch>
+__global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_kernel(const FwdParams p) {
   pdl_wait();  // kernels/pdl.h
   pdl_launch_dependents();
   constexpr int D = Kt::kHeadDim;
@@ -198,63 +177,15 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm)
   for (int q = 0; q < 8; ++q)
     ld_base[q] = uint32_t(ld_row * kRowBytes + ((ld_chunk ^ ((ld_row + q) & 7)) << 4));
 
-  if constexpr (kRope != 0) {
-    // One token (t0 = 0, M = 1), one warp: query rows r < gp are heads
-    // h0 + r; every load at once, then the angles, then the math.
-    static_assert(Kt::kNWarps == 1 && !kBatch, "the fused prologue is the one-warp decode tile's");
-    constexpr int E = D / 32, kMaxVec = kRopeMaxGroup + 2;
-    __shared__ float s_cos[D / 2], s_sin[D / 2];
-    const bool writer = n_end == kv_len && past < sp.max_seq;  // holds the new token's key
-    const int n_q = p.gp, n_vec = n_q + (writer ? 2 : 0);
-    float x[kMaxVec][E];
-#pragma unroll
-    for (int i = 0; i < kMaxVec; ++i) {
-      const int col = i < n_q ? h0 + i : i == n_q ? p.n_heads + kvh : p.n_heads + p.n_kv_heads + kvh;
-      if (i < n_vec) rope::load<E, true>(x[i], rp.qkv + size_t(col) * D + lane * E);
-    }
-    rope::angles<D>(past, rp.inv_freq, s_cos, s_sin, lane, 32);
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < kMaxVec; ++i) {
-      if (i >= n_vec) break;
-      if (i <= n_q) rope::norm_rotate<D, kRope - 1>(x[i], i < n_q ? rp.q_norm : rp.k_norm, rp.eps, s_cos, s_sin, lane);
-      if (i < n_q) {
-        // Row i of the swizzled Q tile: the lane's E halves of 16-byte chunk lane * E / 8.
-        const uint32_t addr = sQ + swizzle<kRowBytes>(i, lane * E / 8) + (lane * E * 2) % 16;
-        if constexpr (E == 4) {
-          asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(pack_half2(x[i][0], x[i][1])),
-                       "r"(pack_half2(x[i][2], x[i][3]))
-                       : "memory");
-        } else {
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pack_half2(x[i][0], x[i][1])) : "memory");
-        }
-      } else {
-        __half* cache = i == n_q ? rp.k_cache : rp.v_cache;
-        rope::store_half<E>(cache + (size_t(kvh) * sp.max_seq + past) * D + lane * E, x[i]);
-      }
-    }
-    // The other rows of the tile, zero (as the plain kernel's zero-fill).
-    for (int r = n_q; r < kBlockM; ++r) {
-      const uint32_t addr = sQ + swizzle<kRowBytes>(r, lane * E / 8) + (lane * E * 2) % 16;
-      if constexpr (E == 4) {
-        asm volatile("st.shared.v2.b32 [%0], {%1, %1};\n" ::"r"(addr), "r"(0u) : "memory");
-      } else {
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(0u) : "memory");
-      }
-    }
-    // The new key and value in the cache before any lane's copies read them.
-    __syncthreads();
-  } else {
-    // Q: rows beyond the chunk (or the packed heads) are zero-filled.
-    static_for<kBlockM / Kt::kRowsPerPass>([&](auto ic) {
-      constexpr int i = decltype(ic)::value;
-      const int r = ld_row + i * Kt::kRowsPerPass;
-      const int t = t0 + r / p.gp;
-      const bool ok = r < rows_used && t < sp.M;
-      const __half* src = sp.q + (size_t(t) * p.n_heads + h0 + r % p.gp) * D + ld_chunk * 8;
-      cp_async_cg_16<i * Kt::kRowsPerPass * kRowBytes, 0>(sQ + ld_base[(i * Kt::kRowsPerPass) & 7], src, ok);
-    });
-  }
+  // Q: rows beyond the chunk (or the packed heads) are zero-filled.
+  static_for<kBlockM / Kt::kRowsPerPass>([&](auto ic) {
+    constexpr int i = decltype(ic)::value;
+    const int r = ld_row + i * Kt::kRowsPerPass;
+    const int t = t0 + r / p.gp;
+    const bool ok = r < rows_used && t < sp.M;
+    const __half* src = sp.q + (size_t(t) * p.n_heads + h0 + r % p.gp) * D + ld_chunk * 8;
+    cp_async_cg_16<i * Kt::kRowsPerPass * kRowBytes, 0>(sQ + ld_base[(i * Kt::kRowsPerPass) & 7], src, ok);
+  });
   // This thread's element of key 0 of the KV head; kept as one offset (not
   // two pointers) to save registers, the bases come from the parameters.
   const size_t kv_off = size_t(kvh) * sp.max_seq * D + size_t(ld_row) * D + ld_chunk * 8;
@@ -568,24 +499,23 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm)
 // ============================================================================
 // Launch
 // ============================================================================
-template <class Kt, bool kBatch, int kRope = 0>
-cudaError_t launch_fwd(const FwdParams& p, const RopeIn& rp, const Plan& pl, cudaStream_t stream) {
+template <class Kt, bool kBatch>
+cudaError_t launch_fwd(const FwdParams& p, const Plan& pl, cudaStream_t stream) {
   if (Kt::kSmemBytes > 48 * 1024) {  // the default limit; above it the attribute must be raised
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
     static PerDevice smem_once;
-    e = set_smem_once(smem_once, dev, attn_fwd_kernel<Kt, kBatch, kRope>, Kt::kSmemBytes);
+    e = set_smem_once(smem_once, dev, attn_fwd_kernel<Kt, kBatch>, Kt::kSmemBytes);
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(unsigned(pl.m_blocks), unsigned(pl.head_blocks), unsigned(pl.n_splits));
-  return launch_pdl(PdlKernel::kAttention, attn_fwd_kernel<Kt, kBatch, kRope>, grid, dim3(Kt::kNThreads),
-                    Kt::kSmemBytes, stream, p, rp);
+  return launch_pdl(PdlKernel::kAttention, attn_fwd_kernel<Kt, kBatch>, grid, dim3(Kt::kNThreads), Kt::kSmemBytes,
+                    stream, p);
 }
 
-// rope: the fused decode prologue's arguments (run_mma_rope), or nullptr.
 template <int D>
-cudaError_t run_d(const AttnArgs& a, const Plan& pl, const QkRopeArgs* rope, cudaStream_t stream) {
+cudaError_t run_d(const AttnArgs& a, const Plan& pl, cudaStream_t stream) {
   FwdParams p;
   p.q = a.q;
   p.k = a.k_cache;
@@ -608,33 +538,18 @@ cudaError_t run_d(const AttnArgs& a, const Plan& pl, const QkRopeArgs* rope, cud
   p.layer = a.layer;
   p.n_kv_heads = a.n_kv_heads;
 
-  RopeIn rp;
-  std::memset(&rp, 0, sizeof rp);
   cudaError_t e;
   if (a.seqs) {  // a batched pass: never split (make_batch_plan)
     switch (pl.cfg) {
-      case kSmall: return launch_fwd<SmallTraits<D>, true>(p, rp, pl, stream);
-      case kMid: return launch_fwd<MidTraits<D>, true>(p, rp, pl, stream);
-      default: return launch_fwd<BigTraits<D>, true>(p, rp, pl, stream);
+      case kSmall: return launch_fwd<SmallTraits<D>, true>(p, pl, stream);
+      case kMid: return launch_fwd<MidTraits<D>, true>(p, pl, stream);
+      default: return launch_fwd<BigTraits<D>, true>(p, pl, stream);
     }
   }
-  if (rope) {
-    rp.qkv = rope->qkv;
-    rp.q_norm = rope->q_norm;
-    rp.k_norm = rope->k_norm;
-    rp.k_cache = rope->k_cache;
-    rp.v_cache = rope->v_cache;
-    rp.eps = rope->eps;
-    const double* tab = rope::inv_freq_table(rope->theta, D);
-    for (int i = 0; i < D / 2; ++i) rp.inv_freq[i] = tab[i];
-    e = rope->rope_style == QSP_ROPE_NEOX ? launch_fwd<SmallTraits<D>, false, 1 + QSP_ROPE_NEOX>(p, rp, pl, stream)
-                                          : launch_fwd<SmallTraits<D>, false, 1 + QSP_ROPE_INTERLEAVED>(p, rp, pl, stream);
-  } else {
-    switch (pl.cfg) {
-      case kSmall: e = launch_fwd<SmallTraits<D>, false>(p, rp, pl, stream); break;
-      case kMid: e = launch_fwd<MidTraits<D>, false>(p, rp, pl, stream); break;
-      default: e = launch_fwd<BigTraits<D>, false>(p, rp, pl, stream); break;
-    }
+  switch (pl.cfg) {
+    case kSmall: e = launch_fwd<SmallTraits<D>, false>(p, pl, stream); break;
+    case kMid: e = launch_fwd<MidTraits<D>, false>(p, pl, stream); break;
+    default: e = launch_fwd<BigTraits<D>, false>(p, pl, stream); break;
   }
   if (e != cudaSuccess || pl.n_splits <= 1) return e;
   return launch_combine(p.o_part, p.lse_part, a.out, int(rows), pl.n_splits, D, stream);
@@ -643,11 +558,7 @@ cudaError_t run_d(const AttnArgs& a, const Plan& pl, const QkRopeArgs* rope, cud
 }  // namespace
 
 cudaError_t run_mma(const AttnArgs& a, const Plan& pl, cudaStream_t stream) {
-  return a.head_dim == 128 ? run_d<128>(a, pl, nullptr, stream) : run_d<64>(a, pl, nullptr, stream);
-}
-
-cudaError_t run_mma_rope(const AttnArgs& a, const QkRopeArgs& rope, const Plan& pl, cudaStream_t stream) {
-  return a.head_dim == 128 ? run_d<128>(a, pl, &rope, stream) : run_d<64>(a, pl, &rope, stream);
+  return a.head_dim == 128 ? run_d<128>(a, pl, stream) : run_d<64>(a, pl, stream);
 }
 
 }  // namespace attn

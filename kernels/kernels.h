@@ -213,8 +213,6 @@ struct QkRopeArgs {
   int32_t layer = 0;
 };
 cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream);
-// Whether qk_rope() takes these arguments.
-bool qk_rope_args_ok(const QkRopeArgs& a);
 
 // ---- Batched causal flash attention (kernels/attention.cu) -------------------
 // One launch per layer for the whole chunk: query m (position *past + m)
@@ -250,15 +248,6 @@ struct AttnArgs {
   int32_t n_tiles = 0;
   int32_t layer = 0;
   int32_t max_piece = 0;
-  // The decode step's QK-norm / RoPE / KV write (else nullptr; the CUDA
-  // backend's $QSP_FUSE_ROPE): attention() then does what qk_rope(*rope)
-  // followed by attention() with q = rope->q_out does, inside the kernel
-  // where it can (one token, not a batched pass, the mma.sync path, at most
-  // 8 query heads per KV head, rope->qkv 16-byte aligned: no qk_rope launch,
-  // and rope->q_out is not written), else by launching qk_rope first. q is
-  // unused; rope's token count, head shapes, caches, max_seq and past must
-  // be these.
-  const QkRopeArgs* rope = nullptr;
 };
 // Tokens per query tile of a batched attention launch for these shapes.
 int32_t attention_batch_tile_tokens(int32_t max_piece, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim);

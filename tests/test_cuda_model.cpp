@@ -318,47 +318,6 @@ TEST_CASE("cuda model: the RMSNorm formed by the residual GEMV (QSP_FUSE_NORM_TA
   }
 }
 
-// The decode step's QK-norm / RoPE / KV write inside the attention kernel
-// (QSP_FUSE_ROPE=1, read when a context is created): the same bits as the
-// plain GPU context at every step (the kernels compute the same values),
-// prompts through the plain path, decode steps through the graph, a
-// truncation in between; Qwen3 (NEOX, QK-norm) and Llama (interleaved).
-TEST_CASE("cuda model: the decode step's RoPE in the attention kernel (QSP_FUSE_ROPE) equals the plain step",
-          "[gpu][model][decode][fuse]") {
-  QSP_REQUIRE_GPU();
-  Poison poison;
-  for (bool qwen : {true, false}) {
-    TestModel m = make_model(qwen ? qwen3_shape(QSP_DTYPE_Q4_0, 93) : llama_shape(QSP_DTYPE_Q8_0, 94));
-    qsp_context* cpu = m.create(QSP_BACKEND_CPU);
-    qsp_context* plain = m.create(QSP_BACKEND_CUDA);
-    qsp_context* fused = nullptr;
-    {
-      ScopedEnv fuse("QSP_FUSE_ROPE", "1");
-      fused = m.create(QSP_BACKEND_CUDA);
-    }
-    REQUIRE(cpu);
-    REQUIRE(plain);
-    REQUIRE(fused);
-    const std::vector<int32_t> prompt = random_tokens(17, m.spec.vocab, 95);
-    Logits ref = run(cpu, prompt, {17});
-    check_close(run(fused, prompt, {17}), ref);
-    CHECK(run(plain, prompt, {17}).v.size() == ref.v.size());
-    for (int step = 0; step < 8; ++step) {
-      if (step == 5) {  // back to 18 tokens: the graph must write and read the new position
-        for (qsp_context* c : {cpu, plain, fused}) REQUIRE(qsp_kv_truncate(c, 18) == QSP_OK);
-      }
-      const std::vector<int32_t> t{ref.greedy};
-      const Logits r = run(cpu, t, {1}), p = run(plain, t, {1}), f = run(fused, t, {1});
-      INFO((qwen ? "qwen3" : "llama") << " step " << step);
-      check_close(f, r);
-      CHECK(f.v == p.v);
-      CHECK(f.greedy == p.greedy);
-      ref = r;
-    }
-    for (qsp_context* c : {cpu, plain, fused}) qsp_context_destroy(c);
-  }
-}
-
 TEST_CASE("cuda model: decode steps through the CUDA graph follow the CPU", "[gpu][model][decode]") {
   QSP_REQUIRE_GPU();
   Poison poison;

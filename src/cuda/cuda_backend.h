@@ -242,9 +242,6 @@ class CudaBackend final : public Backend {
   uint32_t chunk_ = 0;
   int32_t qkv_ld_ = 0;
   bool fuse_tail_ = false;  // QSP_FUSE_NORM_TAIL: fuse_tail()
-  // QSP_FUSE_ROPE (per context, an experiment): the one-token chunk's
-  // QK-norm / RoPE / KV write inside the attention kernel (AttnArgs::rope).
-  bool fuse_rope_ = false;
   bool poison_ = false;  // test aid: NaN-fill scratch, logits and the KV slots a chunk is about to write
   std::vector<std::unique_ptr<Rank>> ranks_;  // one per device
   std::vector<cudaStream_t> streams_;         // the ranks' streams and devices, in rank order (graph captures)

@@ -300,11 +300,7 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
          j > i + 1 ? cat : nullptr);
     i = j;
   }
-  if (fuse_rope_ && n == 1 && !kv.seqs) {
-    at.rope = &rp;  // attention() does qk_rope's work, in its kernel where it can
-  } else {
-    QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
-  }
+  QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
   QSP_CUDA_CHECK(kern::attention(at, stream));
   gemm(stream, a.att, Q, n, W(L[kWo], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H, nullptr, tail);
 }
