@@ -298,12 +298,13 @@ int run(int argc, char** argv) {
 
         // Milliseconds of gemm() with `path` forced (and the wgmma tile / K
         // splits); 0 where that cannot run.
-        const auto forced_ms = [&](qsp::kern::GemmPath path, int wg_tile = 0, int wg_splits = 0, bool tma_w = false) {
+        const auto forced_ms = [&](qsp::kern::GemmPath path, int wg_tile = 0, int wg_splits = 0,
+                                   qsp::kern::WgmmaWeights wgw = qsp::kern::WgmmaWeights::kAuto) {
           qsp::kern::GemmArgs p = a;
           p.path = path;
           p.wg_tile = wg_tile;
           p.wg_splits = wg_splits;
-          p.wgmma_tma_weights = tma_w;
+          p.wgmma_weights = wgw;
           p.w.data = wq.first();
           if (qsp::kern::gemm(p, nullptr) != cudaSuccess) {
             (void)cudaGetLastError();
@@ -314,29 +315,14 @@ int run(int argc, char** argv) {
             CK(qsp::kern::gemm(p, nullptr));
           });
         };
-        if (M <= 16) {
-          // The GEMV's experiments forced, weight GB/s side by side (docs/API.md:
-          // QSP_L2_PREFETCH, QSP_GEMV_WIDE; the row above is gemm()'s own pick).
-          const auto variant_ms = [&](bool prefetch, bool wide) {
-            qsp::kern::GemmArgs p = a;
-            p.gemv_l2_prefetch = prefetch;
-            p.gemv_wide = wide;
-            return time_ms([&] {
-              p.w.data = wq.take();
-              CK(qsp::kern::gemm(p, nullptr));
-            });
-          };
-          const double tp = variant_ms(true, false), tw = variant_ms(false, true), tb = variant_ms(true, true);
-          std::printf("%-10s %-12s %5d %-5s   gemv GB/s: L2 prefetch %6.0f, wide %6.0f, both %6.0f\n", sh.what, nk, M,
-                      fname, wbytes / tp * 1e-6, wbytes / tw * 1e-6, wbytes / tb * 1e-6);
-        }
         if (M > 16 && f != WFormat::kF16) {
           // Each kernel family forced (the row above is gemm()'s own pick).
           // wgmma twice: its weights per tile (bulk copies) and by tensor maps
-          // ($QSP_WGMMA_TMA_W; docs/API.md).
-          const double t0 = forced_ms(qsp::kern::GemmPath::kMma), t1 = forced_ms(qsp::kern::GemmPath::kWgmma),
-                       t2 = forced_ms(qsp::kern::GemmPath::kWgmma, 0, 0, true);
-          std::printf("%-10s %-12s %5d %-5s   paths: mma.sync %6.1f TFLOPS, wgmma %6.1f TFLOPS, wgmma tensor-map weights %6.1f\n",
+          // (the default; docs/API.md, QSP_WGMMA_TMA_W), each with its plan.
+          const double t0 = forced_ms(qsp::kern::GemmPath::kMma),
+                       t1 = forced_ms(qsp::kern::GemmPath::kWgmma, 0, 0, qsp::kern::WgmmaWeights::kPerTile),
+                       t2 = forced_ms(qsp::kern::GemmPath::kWgmma, 0, 0, qsp::kern::WgmmaWeights::kTensorMaps);
+          std::printf("%-10s %-12s %5d %-5s   paths: mma.sync %6.1f TFLOPS, wgmma per tile %6.1f TFLOPS, wgmma tensor-map weights %6.1f\n",
                       sh.what, nk, M, fname, t0 > 0 ? flop / t0 * 1e-9 : 0.0, t1 > 0 ? flop / t1 * 1e-9 : 0.0,
                       t2 > 0 ? flop / t2 * 1e-9 : 0.0);
         }
@@ -344,10 +330,11 @@ int run(int argc, char** argv) {
           // Every wgmma token tile x K split forced, TFLOPS (- where it cannot
           // run); a second line with the weights by tensor maps.
           for (bool tma_w : {false, true}) {
+            const auto wgw = tma_w ? qsp::kern::WgmmaWeights::kTensorMaps : qsp::kern::WgmmaWeights::kPerTile;
             std::printf("%-10s %-12s %5d %-5s   wgmma%s tile/splits:", sh.what, nk, M, fname, tma_w ? " tma_w" : "");
             for (int bt : {256, 128, 64})
               for (int ks : {1, 2, 4, 8}) {
-                const double t = forced_ms(qsp::kern::GemmPath::kWgmma, bt, ks, tma_w);
+                const double t = forced_ms(qsp::kern::GemmPath::kWgmma, bt, ks, wgw);
                 if (t > 0) {
                   std::printf(" %d/%d %.1f", bt, ks, flop / t * 1e-9);
                 } else {

@@ -9,9 +9,9 @@
 //     weights): ~330 TFLOPS on the H200.
 //  4. mma.sync, medium tiles with cluster split-K on sm_90 (too few large
 //     tiles, e.g. M = 17..512) where the wgmma kernel cannot run.
-// The wgmma kernel has two token tiles the plan picks from (256, 128; a third,
-// 64, only forced: gemm_plan.h) and its own cluster split-K
-// for grids below a wave.
+// The wgmma kernel has three token tiles (256, 128, and 64 where a stage's
+// weights come by tensor maps: gemm_plan.h) and its own cluster split-K for
+// grids below a wave.
 // plan_mma / plan_wgmma (kernels/gemm_plan.cpp) estimate 2-4 in one unit of
 // SM time; measured figures are in bench/RESULTS.md.
 #include <algorithm>
@@ -68,23 +68,21 @@ void cluster_waves(int dev, int sms, int (&wave)[4]) {
   }
 }
 
-// An experiment's switch: $name set and not "0" (docs/API.md, Environment).
+// $name set to something other than "0" (docs/API.md, Environment).
 bool env_on(const char* name) {
   const char* v = std::getenv(name);
   return v && *v && std::strcmp(v, "0") != 0;
 }
 
-// The experiments' switches (docs/API.md, Environment; each off until
-// measured faster), read once per process:
-//  - kL2Prefetch   $QSP_L2_PREFETCH: the GEMV's blocks ask L2 for their weights (KArgs::l2_prefetch)
-//  - kGemvWide     $QSP_GEMV_WIDE: 12-warp GEMV blocks where tiles are few (KArgs::wide)
-//  - kGemvDeep     $QSP_GEMV_DEEP: two chunks per warp in the SwiGLU GEMVs that hold one (KArgs::deep)
-//  - kWgmmaTmaW    $QSP_WGMMA_TMA_W: the wgmma kernel's weights by tensor maps (wgmma::Args::tma_w)
-//  - kWgmmaHybrid  $QSP_WGMMA_HYBRID: the plan's two-launch hybrid (WgPlan::head)
-enum class Switch { kL2Prefetch, kGemvWide, kGemvDeep, kWgmmaTmaW, kWgmmaHybrid };
+// The environment's switches (docs/API.md, Environment), read once per process:
+//  - kWgmmaTmaW    $QSP_WGMMA_TMA_W (on unless "0"): the wgmma kernel's weights by tensor maps
+//                  (WgmmaWeights::kAuto; measured, bench/RESULTS.md, fourteenth session)
+//  - kWgmmaHybrid  $QSP_WGMMA_HYBRID (off unless set): the plan's two-launch hybrid (WgPlan::head;
+//                  measured no faster but at 128 tokens)
+enum class Switch { kWgmmaTmaW, kWgmmaHybrid };
 bool switch_on(Switch s) {
-  static const bool on[] = {env_on("QSP_L2_PREFETCH"), env_on("QSP_GEMV_WIDE"), env_on("QSP_GEMV_DEEP"),
-                            env_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID")};
+  static const bool on[] = {!std::getenv("QSP_WGMMA_TMA_W") || env_on("QSP_WGMMA_TMA_W"),
+                            env_on("QSP_WGMMA_HYBRID")};
   return on[int(s)];
 }
 
@@ -99,7 +97,10 @@ struct AutoPlan {
 AutoPlan plan_auto(int64_t M, const KArgs& a, WFormat f, bool dual, bool wg_ok, int sms, const int (&wave)[4]) {
   AutoPlan r;
   r.mma = plan_mma(M, a.o.N, a.KC, dual, sms);
-  r.wg = wg_ok ? plan_wgmma(M, a.o.N, a.KC, dual, wave, switch_on(Switch::kWgmmaHybrid)) : WgPlan{0, 1, 1e300};
+  WgChoices c;
+  c.maps = a.tma_w != 0 && wgmma::maps_fit(f);
+  c.hybrid = switch_on(Switch::kWgmmaHybrid);
+  r.wg = wg_ok ? plan_wgmma(M, a.o.N, a.KC, dual, wave, c) : WgPlan{0, 1, 1e300};
   r.wgmma = r.wg.t < r.mma.t;
   r.t = r.wgmma ? r.wg.t : r.mma.t;
   if (M <= 16) {
@@ -119,14 +120,7 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
-  if (M <= 16) {
-    KArgs v = a;
-    v.l2_prefetch = a.l2_prefetch || switch_on(Switch::kL2Prefetch);  // compiles to nothing before sm_90
-    // At most two blocks per SM at once: 12 warps each fill what three of 8 would.
-    v.wide = (a.wide || switch_on(Switch::kGemvWide)) && a.tiles <= 2 * std::max(1, sm_count(dev));
-    v.deep = a.deep || switch_on(Switch::kGemvDeep);
-    return launch_gemv(v, f, ep, stream);
-  }
+  if (M <= 16) return launch_gemv(a, f, ep, stream);
   const bool dual = ep == Epilogue::kSwiGLU;
   const int sms = std::max(1, sm_count(dev));
   const bool wg_ok = wgmma_format && path != GemmPath::kMma && wgmma::available(dev);
@@ -158,16 +152,14 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
     }
   }
   if (path == GemmPath::kWgmma || (path == GemmPath::kAuto && best.wgmma)) {
-    KArgs w = a;
-    if (!w.tma_w && switch_on(Switch::kWgmmaTmaW)) w.tma_w = 1;
     const int bt = wg_tile ? wg_tile : best.wg.bt, ks = wg_splits ? wg_splits : best.wg.ks;
     // The plan's hybrid (gemm_plan.h) unless the caller forced the shape.
     const int head = wg_tile || wg_splits || wg_head ? wg_head : best.wg.head;
     if (head > 0) {
-      e = launch_wgmma(w, f, ep, bt, 1, 0, head, stream);
-      return e != cudaSuccess ? e : launch_wgmma(w, f, ep, bt, ks, head, 0, stream);
+      e = launch_wgmma(a, f, ep, bt, 1, 0, head, stream);
+      return e != cudaSuccess ? e : launch_wgmma(a, f, ep, bt, ks, head, 0, stream);
     }
-    return launch_wgmma(w, f, ep, bt, ks, 0, 0, stream);
+    return launch_wgmma(a, f, ep, bt, ks, 0, 0, stream);
   }
   return launch_mma(a, f, ep, best.mma.large, best.mma.ks, dev, stream);
 }
@@ -273,10 +265,12 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     }
   }
   a.chunks_per_split = a.KC;
-  a.l2_prefetch = g.gemv_l2_prefetch;
-  a.wide = g.gemv_wide;
-  a.deep = g.gemv_deep;
-  a.tma_w = g.wgmma_tma_weights ? 2 : 0;
+  switch (g.wgmma_weights) {
+    case WgmmaWeights::kAuto: a.tma_w = switch_on(Switch::kWgmmaTmaW) ? 1 : 0; break;
+    case WgmmaWeights::kTensorMaps: a.tma_w = 2; break;
+    case WgmmaWeights::kPerTile: a.tma_w = 0; break;
+    default: return cudaErrorInvalidValue;
+  }
   a.nw = g.tail_norm_w;
   a.nout = g.tail_norm_out;
   a.eps = g.tail_norm_eps;

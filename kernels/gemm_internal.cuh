@@ -28,9 +28,6 @@ struct KArgs {
   WGroup grp;                // non-kSwiGLU: the row groups of W (w[0] alone, or Q | K | V)
   int32_t chunks_per_split;  // mma kernel: K chunks per cluster rank
   OutArgs o;
-  bool l2_prefetch;          // the GEMV asks L2 for its block's weights at its start ($QSP_L2_PREFETCH)
-  bool wide;                 // the GEMV may take up to 12 warps per block where tiles are few ($QSP_GEMV_WIDE)
-  bool deep;                 // the SwiGLU GEMV with U = 1 takes 2 chunks per warp, 2 blocks per SM ($QSP_GEMV_DEEP)
   int32_t tma_w;             // the wgmma kernel's weights by tensor-map copies: wgmma::Args::tma_w
   // GemmArgs::tail_norm_*: after a kAddF32 GEMV, the last block to finish
   // writes half(rmsnorm(out rows) * nw) to nout ([M][N]); counter: a zeroed

@@ -58,21 +58,38 @@ Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
 // M = 512 256/8 1.45x slower than 256/4 (1.37x) with ~12 clusters of 8 per
 // wave.
 //
-// The hybrid (WgPlan::head; $QSP_WGMMA_HYBRID=1, 2026-12-05, off until
-// measured): where the
+//
+// With the weights by tensor maps (3 copies per stage instead of 17) the
+// per-chunk floor drops and the smaller tiles gain most: fitted to
+// bench_gemm --sweep on the H100 (fourteenth session; bench/RESULTS.md), the
+// 256 tile at M = 2048 runs 2.17x the mma.sync large tile (322 -> 700 TFLOPS
+// on 8B q / o) so its rate is 134 / (144 x 2.17) ~ 2.33 (per tile copies,
+// same machine: 2.0); per chunk and block a 128-token tile takes 0.60 and a
+// 64-token tile 0.45 of the 256 tile's time (8B q / o at 512 tokens: 128/1
+// 570.7 against 64/1 381.2 TFLOPS; at 2048 256/1 700.2 against 64/1 392.5;
+// the same within 1% on 12288 x 4096), rates 1.96 and 1.31. Checked there:
+// the model picks 64/2 at M = 64 and 128 on q / o (measured best, 130 and
+// 264 TFLOPS; mma.sync 118 and 153), 64/1 at 64 and 128/1 at 128 on
+// 12288 x 4096 (best: 269, 423), 256/1 at 2048, and at 512 ties 128/1 with
+// 256/2 within 2% (measured: Q4_0 128/1 by 5%, Q4_K / Q6_K 256/2 by 1-3%).
+//
+// The hybrid (WgPlan::head; $QSP_WGMMA_HYBRID=1): where the
 // unsplit grid is more than a wave with a ragged last one (8B gate | up at
 // 512 tokens: 448 blocks, 3.4 waves of 132), the whole waves' row blocks run
 // unsplit and the rest as a split launch of its own, so the last wave's
 // blocks take 1 / ks of the K chunks each: 3 x 72 + 42 chunk times against
-// 4 x 72 there (one more launch, kPlanLaunch).
-WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4], bool hybrid) {
-  constexpr double kRate[2] = {1.95, 1.14};  // BT = 256, 128
+// 4 x 72 there (one more launch, kPlanLaunch). Measured (H100, with the
+// maps): the 8B pass at 128 tokens 4% faster, at 512 and 2048 0-1% slower;
+// off.
+WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4], WgChoices c) {
+  constexpr int kTiles[3] = {wgmma::kTokTileLarge, wgmma::kTokTileSmall, wgmma::kTokTileTiny};
+  constexpr double kRateCopies[2] = {1.95, 1.14};   // per-tile copies: BT = 256, 128 (H200, eighth session)
+  constexpr double kRateMaps[3] = {2.33, 1.96, 1.31};  // tensor maps: BT = 256, 128, 64 (H100, fourteenth)
   constexpr int kWgFill = 8, kWgReduce = 2;
   WgPlan best{0, 1, 1e300};
-  const int bts[2] = {wgmma::kTokTileLarge, wgmma::kTokTileSmall};
-  for (int i = 0; i < 2; ++i) {
-    const int bt = bts[i];
-    const double unit = (bt * 128.0) / (128.0 * 256.0) / kRate[i];
+  for (int i = 0; i < (c.maps ? 3 : 2); ++i) {
+    const int bt = kTiles[i];
+    const double unit = (bt * 128.0) / (128.0 * 256.0) / (c.maps ? kRateMaps[i] : kRateCopies[i]);
     const int64_t rows = dual ? wgmma::kBlockRows / 2 : wgmma::kBlockRows;
     const int64_t tok_blocks = (M + bt - 1) / bt, row_blocks = (real_n + rows - 1) / rows;
     // Time of `tiles` blocks split ks ways (i_ks = log2 ks), in units.
@@ -89,7 +106,7 @@ WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave
     // The hybrid: whole waves of row blocks unsplit, the rest split.
     const int64_t full = tok_blocks * row_blocks / std::max(wave[0], 1);
     const int64_t head = full * wave[0] / tok_blocks;
-    if (!hybrid || full < 1 || head < 1 || head >= row_blocks) continue;
+    if (!c.hybrid || full < 1 || head < 1 || head >= row_blocks) continue;
     for (int ks = 2, i_ks = 1; ks <= 8 && KC / ks >= 4; ks *= 2, ++i_ks) {
       const double t = time(head * tok_blocks, 1, 0) + time((row_blocks - head) * tok_blocks, ks, i_ks) + kPlanLaunch;
       if (t < best.t) best = WgPlan{bt, ks, t, int(head)};

@@ -18,10 +18,11 @@ namespace wgmma {
 // K chunk costs the pipeline's latency, ~0.7 of the 256 tile's time, on the
 // H200; bench/RESULTS.md, eighth session.)
 constexpr int kTokTileLarge = 256, kTokTileSmall = 128;
-// A 64-token tile, forced only (GemmArgs::wg_tile): dropped in the eighth
-// session (no faster per chunk than 128 then), back on 2026-12-05 to be
-// measured with the tensor-map weights (QSP_WGMMA_TMA_W), for the M = 64
-// GEMMs of a 64-sequence decode step. The plan model does not choose it.
+// A 64-token tile: no faster per chunk than 128 while a stage's weights
+// came as one copy per tile (eighth session); with the tensor maps the
+// fastest tile at M = 64 and often 128 (fourteenth session, H100: 8B
+// 12288 x 4096 at M = 64 269 TFLOPS against 143 for the 128 tile and 167
+// for mma.sync). The plan takes it only with the maps.
 constexpr int kTokTileTiny = 64;
 // Weight rows ("virtual" rows: gate and up count separately) per block.
 constexpr int kBlockRows = 128;
@@ -48,10 +49,14 @@ struct WgPlan {
   double t;
   int head = 0;
 };
+// What the wgmma kernel will run with.
+struct WgChoices {
+  bool maps = false;    // a stage's weights by tensor maps (wgmma::Args::tma_w): their rates, and the 64-token tile
+  bool hybrid = false;  // consider the two-launch hybrid ($QSP_WGMMA_HYBRID; measured no faster, off)
+};
 // wave[i]: blocks that run at once with clusters of 2^i blocks (wave[0] = the
 // SM count; see wgmma::cluster_wave).
-// hybrid: consider the two-launch hybrid ($QSP_WGMMA_HYBRID; off until measured).
-WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4], bool hybrid = false);
+WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4], WgChoices c = {});
 
 // The GEMV (M <= 16) in the same units: it streams the weights once;
 // weight_bytes: their device size.

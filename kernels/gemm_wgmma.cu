@@ -412,6 +412,22 @@ int cluster_wave(int dev, int ks) {
 #endif
 }
 
+bool maps_fit(WFormat fmt) {
+#if defined(QSP_WGMMA)
+  return dispatch_format(fmt, false, [](auto f) {
+    using T = typename decltype(f)::T;
+    if constexpr (!T::kWgmma) {
+      return false;
+    } else {
+      return tma_w_fits<decltype(f)::kFormat>();
+    }
+  });
+#else
+  (void)fmt;
+  return false;
+#endif
+}
+
 cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, cudaStream_t stream) {
 #if defined(QSP_WGMMA)
   if (tok_tile != kTokTileLarge && tok_tile != kTokTileSmall && tok_tile != kTokTileTiny) return cudaErrorInvalidValue;

@@ -29,9 +29,10 @@ struct Args {
   int32_t chunks_per_split;  // set by run(): K chunks per cluster rank
   // The weights of a stage by tensor-map copies, one per matrix and array
   // (quants, scales) instead of one bulk copy per 16-row tile and array
-  // ($QSP_WGMMA_TMA_W, GemmArgs::wgmma_tma_weights; off until measured):
-  // 0 no; 1 where the maps can be made (else per tile); 2 yes, or run()
-  // returns cudaErrorNotSupported.
+  // (the default since the fourteenth session: +9% at M = 2048, up to 1.9x
+  // at M = 64-128; $QSP_WGMMA_TMA_W=0 and GemmArgs::wgmma_weights turn it
+  // off): 0 no; 1 where the maps can be made (else per tile); 2 yes, or
+  // run() returns cudaErrorNotSupported.
   int32_t tma_w;
   // The launch covers weight-row blocks [y0, y0 + y_blocks) (y_blocks 0: to
   // the end): the plan's hybrid runs the whole waves of blocks unsplit and
@@ -58,6 +59,10 @@ inline int32_t row_blocks(int32_t tiles, bool dual) {
 // than the SM count (the driver's cudaOccupancyMaxActiveClusters, once per
 // device). Negative when unknown.
 int cluster_wave(int dev, int ks);
+
+// Whether format fmt's stage weights fit the tensor-map copies (Args::tma_w;
+// where they do not, the kernel copies per tile).
+bool maps_fit(WFormat fmt);
 
 // Launches Y = X W^T with epilogue ep; fmt is a format with kWgmma
 // (cudaErrorNotSupported otherwise). tok_tile: one of the token tiles;

@@ -29,11 +29,6 @@ namespace {
 namespace gemv {
 
 constexpr int kMaxWarps = 8;
-// M <= 8 where tiles are few (at most two blocks per SM: the 8B shape's
-// 4096-row projections, 256 tiles on 132 SMs): 12 warps per block, so two
-// blocks keep 24 warps' loads in flight per SM as three blocks of 8 do
-// (the register cap, 85, is the same: 2 x 384 and 3 x 256 threads).
-constexpr int kMaxWarpsWide = 12;
 constexpr int kRedLd = 20;  // smem row stride of the reduction: the partial writes of a warp hit 32 banks
 
 // Formats whose GEMV applies the scales after the mma (WTraits::kFactored:
@@ -180,29 +175,6 @@ __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], c
   }
 }
 
-// The block's weights into L2 at its start (KArgs::l2_prefetch, sm_90+):
-// the quant units and the scales of its tile in each matrix, each range
-// contiguous in the layout (qweight.cuh), one warp per range. The loads
-// that follow then wait for L2, not DRAM, and DRAM sees the whole read at
-// once instead of U chunks per warp.
-template <class T, bool kDual>
-__device__ __forceinline__ void prefetch_tile(const KArgs& a, const WLoc& loc, int tile, int warp, int kw,
-                                              int lane) {
-  if constexpr (!T::kRowMajor) {
-#pragma unroll
-    for (int r = 0; r < (kDual ? 4 : 2); ++r) {
-      if (r % kw != warp) continue;
-      const int w = r / 2;
-      const uint8_t* base = w == 0 ? loc.base : a.w[1];
-      const size_t soff = w == 0 ? size_t(loc.soff) : a.scale_off;
-      const size_t first = size_t(w == 0 ? loc.tile : tile) * size_t(a.KC);
-      const uint8_t* p = r % 2 == 0 ? base + first * T::kUnit : base + soff + first * T::kScaleUnit;
-      const uint32_t bytes = uint32_t(a.KC) * uint32_t(r % 2 == 0 ? T::kUnit : T::kScaleUnit);
-      if ((reinterpret_cast<uintptr_t>(p) & 15u) == 0 && bytes % 16 == 0) prefetch_l2_warp(p, bytes, lane);
-    }
-  }
-}
-
 // The RMSNorm after a residual GEMV (KArgs::nout; $QSP_FUSE_NORM_TAIL in the
 // CUDA backend), done by the block that finishes last, so the decode step
 // launches no rmsnorm of its own: each block publishes its stores
@@ -212,7 +184,7 @@ __device__ __forceinline__ void prefetch_tile(const KArgs& a, const WLoc& loc, i
 // for the next launch (a graph replays the same one).
 __device__ __noinline__ void tail_norm(const KArgs& a) {
   __shared__ int last;
-  __shared__ float part[kMaxWarpsWide];
+  __shared__ float part[kMaxWarps];
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(a.counter, 1) == int(gridDim.x) - 1;
@@ -249,14 +221,12 @@ __device__ __noinline__ void tail_norm(const KArgs& a) {
 template <WFormat F,
           int MT,    // m8 token tiles: 1 (M <= 8) or 2 (M <= 16)
           int U,     // chunks a warp has in flight per round (loads issued before any use)
-          Epilogue EP,
-          int MaxW,  // gemv::kMaxWarps, or kMaxWarpsWide (MT = 1)
-          int MinB>  // blocks per SM the registers are budgeted for (launch_mt)
-__global__ void __launch_bounds__(MaxW * 32, MinB) gemv_kernel(const KArgs a) {
+          Epilogue EP>
+__global__ void __launch_bounds__(gemv::kMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kernel(const KArgs a) {
   using T = WTraits<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int NM = kDual ? 2 : 1;  // weight matrices
-  __shared__ float red[MaxW][NM][MT * 8][gemv::kRedLd];
+  __shared__ float red[gemv::kMaxWarps][NM][MT * 8][gemv::kRedLd];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -266,7 +236,6 @@ __global__ void __launch_bounds__(MaxW * 32, MinB) gemv_kernel(const KArgs a) {
   float acc[NM][MT][4];
   gemv::zero(acc);
   const WLoc loc = gemv::tile_loc<kDual>(a, tile);
-  if (a.l2_prefetch) gemv::prefetch_tile<T, kDual>(a, loc, tile, warp, kw, lane);
 
   for (int c0 = warp; c0 < a.KC; c0 += kw * U) {
     typename T::Raw raw[U][NM];
@@ -338,33 +307,12 @@ constexpr int gemv_unroll(int mt, bool dual) {
 template <WFormat F, int MT, Epilogue EP>
 cudaError_t launch_mt(const KArgs& a, cudaStream_t stream) {
   constexpr int U = gemv_unroll<F>(MT, EP == Epilogue::kSwiGLU);
-  // Blocks of 8 warps per SM the registers allow: 3 (85 registers) for
-  // M <= 8, 2 for M <= 16; 12-warp blocks 2.
-  constexpr int kMinB = MT == 1 ? 3 : 2;
-  // Enough warps to cover K with U chunks each, at most kMaxWarps (or
-  // kMaxWarpsWide where the caller found the tiles few: KArgs::wide).
-  const dim3 grid(unsigned(a.tiles));
-  if constexpr (MT == 1) {
-    // KArgs::deep: the SwiGLU GEMVs with one chunk per warp in flight (Q4_K,
-    // Q5_K, fp16: their raw words for two chunks of two matrices do not fit
-    // 85 registers) take two, at two blocks per SM (128 registers): 16
-    // warps x 2 chunks in flight per SM instead of 24 x 1.
-    if constexpr (EP == Epilogue::kSwiGLU && U == 1) {
-      if (a.deep) {
-        const int kw = std::max(1, std::min(gemv::kMaxWarps, a.KC / 2));
-        return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, 2, EP, gemv::kMaxWarps, 2>, grid,
-                          dim3(unsigned(kw * 32)), 0, stream, a);
-      }
-    }
-    if (a.wide) {
-      const int kw = std::max(1, std::min(gemv::kMaxWarpsWide, a.KC / U));
-      return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP, gemv::kMaxWarpsWide, 2>, grid,
-                        dim3(unsigned(kw * 32)), 0, stream, a);
-    }
-  }
+  // Enough warps to cover K with U chunks each, at most kMaxWarps; the
+  // registers allow 3 blocks of 8 warps per SM (85 registers) for M <= 8,
+  // 2 for M <= 16 (the kernel's __launch_bounds__).
   const int kw = std::max(1, std::min(gemv::kMaxWarps, a.KC / U));
-  return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP, gemv::kMaxWarps, kMinB>, grid,
-                    dim3(unsigned(kw * 32)), 0, stream, a);
+  return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)), 0,
+                    stream, a);
 }
 
 }  // namespace

@@ -104,6 +104,14 @@ enum class Epilogue : int32_t {
 // (they were the bulk-copy GEMV and the wgmma GEMM's overlapped decode, both
 // removed 2026-12-05: bench/RESULTS.md); gemm() refuses them as any unknown path.
 enum class GemmPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kGemv = 3 };
+// How the wgmma kernel copies a stage's weights (GemmArgs::wgmma_weights).
+//  kAuto: by tensor maps where the format's units fit them and the maps can
+//         be made, else one bulk copy per tile; $QSP_WGMMA_TMA_W=0 makes it
+//         kPerTile.
+//  kTensorMaps: by tensor maps, or gemm() returns cudaErrorNotSupported.
+//  kPerTile: one bulk copy per 16-row tile and array (the kernel before the
+//         maps; kept where the maps cannot be made).
+enum class WgmmaWeights : int32_t { kAuto = 0, kTensorMaps = 1, kPerTile = 2 };
 
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
@@ -132,21 +140,10 @@ struct GemmArgs {
   // < the row blocks). When wg_tile / wg_splits are forced and wg_head is
   // not, no hybrid.
   int32_t wg_head = 0;
-  // Tests and benchmarks: the GEMV's experiments on for this call whatever
-  // the environment says ($QSP_L2_PREFETCH, $QSP_GEMV_WIDE; docs/API.md):
-  // its blocks' weights asked of L2 at their start, 12-warp blocks where
-  // tiles are few (M <= 8). M <= 16 only; no effect elsewhere.
-  bool gemv_l2_prefetch = false;
-  bool gemv_wide = false;
-  // Tests and benchmarks: the SwiGLU GEMV with two chunks per warp in flight
-  // where it holds one (Q4_K, Q5_K, fp16 at M <= 8; $QSP_GEMV_DEEP).
-  bool gemv_deep = false;
-  // Tests and benchmarks: the wgmma kernel's weights by tensor-map copies
-  // for this call whatever the environment says ($QSP_WGMMA_TMA_W;
-  // docs/API.md); where the maps cannot be made, gemm() returns
-  // cudaErrorNotSupported instead of copying per tile. No effect on the
-  // other kernels.
-  bool wgmma_tma_weights = false;
+  // Tests and benchmarks: how the wgmma kernel copies a stage's weights
+  // (WgmmaWeights); the plan model's rates follow it. No effect on the other
+  // kernels.
+  WgmmaWeights wgmma_weights = WgmmaWeights::kAuto;
   // Optional, kAddF32 with M <= 16 only (the GEMV): after the residual add,
   // tail_norm_out[m][i] = half(out_f[m][i] * tail_norm_w[i] /
   // sqrt(mean_i(out_f[m][i]^2) + tail_norm_eps)) for the M rows, i < N, as

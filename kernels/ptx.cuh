@@ -72,23 +72,6 @@ __device__ __forceinline__ void lds32(uint32_t& a, uint32_t addr) {
   asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(a) : "r"(addr));
 }
 
-// sm_90+: asks L2 to fetch [p, p + bytes) from DRAM (cp.async.bulk.prefetch.L2;
-// p and bytes multiples of 16). Nothing waits for it and it moves no data
-// into the SM: a memory-bound kernel puts its whole read in flight at once,
-// beyond what its registers can hold. Nothing before sm_90.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes));
-#endif
-}
-// A warp's prefetch of [p, p + bytes) (16-byte multiples): lane i asks for
-// the i-th of 32 pieces.
-__device__ __forceinline__ void prefetch_l2_warp(const uint8_t* p, uint32_t bytes, int lane) {
-  const uint32_t per = ((bytes + 31u) / 32u + 15u) & ~15u;
-  const uint32_t b = uint32_t(lane) * per;
-  if (b < bytes) prefetch_l2(p + b, min(per, bytes - b));
-}
-
 // Streaming weight loads: read once, kept out of L1 (activations live there).
 __device__ __forceinline__ void ldg128_stream(uint32_t& a, uint32_t& b, uint32_t& c, uint32_t& d, const void* p) {
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"

@@ -1,6 +1,7 @@
 // The GEMM plan model (kernels/gemm_plan.cpp, host only): the choices its
-// comments state for the H200's figures (132 SMs; clusters of 4 and 8 fill
-// 120 and 112 SMs), and the two-launch hybrid of the wgmma kernel
+// comments state for the measured figures (132 SMs; clusters of 4 and 8
+// fill 120 and 112 SMs), with the weights copied per tile (H200) and by
+// tensor maps (H100), and the two-launch hybrid of the wgmma kernel
 // (WgPlan::head, $QSP_WGMMA_HYBRID): taken where the unsplit grid ends in a
 // ragged wave, never below a wave or where the uniform grid is as fast, and
 // always a head of whole waves inside the row blocks. No GPU needed.
@@ -10,18 +11,22 @@
 
 #include "kernels/gemm_plan.h"
 
+using qsp::kern::plan_mma;
 using qsp::kern::plan_wgmma;
+using qsp::kern::WgChoices;
 using qsp::kern::WgPlan;
 
 namespace {
 
 constexpr int kWave[4] = {132, 132, 120, 112};
+constexpr WgChoices kCopies{false, false}, kMaps{true, false}, kHybrid{false, true};
 
 int64_t row_blocks(int64_t n, bool dual) { return (n + (dual ? 63 : 127)) / (dual ? 64 : 128); }
 
 }  // namespace
 
 TEST_CASE("kernel plan: the wgmma tiles and splits of the measured shapes", "[plan]") {
+  // Weights copied per tile (H200, eighth session).
   // 8B q / o at 512 tokens: 256-token tiles split 2 ways (sweep: 447.6
   // TFLOPS against 275.8 unsplit, eighth session).
   const WgPlan qo = plan_wgmma(512, 4096, 64, false, kWave);
@@ -32,22 +37,58 @@ TEST_CASE("kernel plan: the wgmma tiles and splits of the measured shapes", "[pl
   const WgPlan qo2k = plan_wgmma(2048, 4096, 64, false, kWave);
   CHECK(qo2k.bt == 256);
   CHECK(qo2k.ks == 1);
+  // Never the 64-token tile (no faster per chunk than 128 there).
+  for (int64_t M : {17, 64, 128, 512})
+    for (int64_t n : {int64_t(1024), int64_t(4096), int64_t(12288)}) CHECK(plan_wgmma(M, n, 64, false, kWave).bt != 64);
+}
+
+TEST_CASE("kernel plan: the wgmma tiles and splits with the weights by tensor maps", "[plan]") {
+  // bench_gemm --sweep on the H100 (fourteenth session), best measured
+  // tile / split, TFLOPS; the model's pick must be it.
+  const struct {
+    int64_t M, n;
+    int bt, ks;
+  } best[] = {
+      {64, 4096, 64, 2},      // 8B q / o: 130.3 (mma.sync 117.9)
+      {128, 4096, 64, 2},     // 264.0 (mma.sync 152.5)
+      {2048, 4096, 256, 1},   // 700.2
+      {64, 12288, 64, 1},     // 269.4 (mma.sync 166.9)
+      {128, 12288, 128, 1},   // 422.9
+      {2048, 12288, 256, 1},  // 715.0
+  };
+  for (const auto& b : best) {
+    const WgPlan p = plan_wgmma(b.M, b.n, 64, false, kWave, kMaps);
+    INFO("M " << b.M << " N " << b.n << ": " << p.bt << "/" << p.ks);
+    CHECK(p.bt == b.bt);
+    CHECK(p.ks == b.ks);
+    // And it beats mma.sync in the model, as measured.
+    CHECK(p.t < plan_mma(b.M, b.n, 64, false, kWave[0]).t);
+  }
+  // At 512 tokens the measured best depends on the format (q / o: Q4_0 128/1
+  // 570.7 against 256/2 ~545; Q4_K 256/2 494.6): the model takes one of the two.
+  const WgPlan p512 = plan_wgmma(512, 4096, 64, false, kWave, kMaps);
+  CHECK(((p512.bt == 128 && p512.ks == 1) || (p512.bt == 256 && p512.ks == 2)));
+  // The maps are faster on every shape, so never a slower estimate.
+  for (int64_t M : {17, 64, 128, 300, 512, 2048})
+    for (int64_t n : {int64_t(1024), int64_t(4096), int64_t(12288), int64_t(14336)})
+      for (bool dual : {false, true})
+        CHECK(plan_wgmma(M, n, 64, dual, kWave, kMaps).t < plan_wgmma(M, n, 64, dual, kWave, kCopies).t);
 }
 
 TEST_CASE("kernel plan: the wgmma hybrid of whole waves and a split rest", "[plan]") {
   // 8B gate | up at 512 tokens: 2 x 224 blocks, 3.4 waves: 198 row blocks
   // (3 whole waves) unsplit, the other 26 split 2 ways.
   const WgPlan off = plan_wgmma(512, 14336, 64, true, kWave);
-  const WgPlan on = plan_wgmma(512, 14336, 64, true, kWave, true);
+  const WgPlan on = plan_wgmma(512, 14336, 64, true, kWave, kHybrid);
   CHECK(off.head == 0);
   CHECK(on.head == 198);
   CHECK(on.bt == 256);
   CHECK(on.ks == 2);
   CHECK(on.t < off.t);
   // At 2048 tokens (13.6 waves) the uniform grid is as fast: no hybrid.
-  CHECK(plan_wgmma(2048, 14336, 64, true, kWave, true).head == 0);
+  CHECK(plan_wgmma(2048, 14336, 64, true, kWave, kHybrid).head == 0);
   // Below a wave: nothing to split off.
-  CHECK(plan_wgmma(256, 4096, 64, false, kWave, true).head == 0);
+  CHECK(plan_wgmma(256, 4096, 64, false, kWave, kHybrid).head == 0);
   // Every shape: a head is whole waves of blocks inside the row blocks,
   // and never slower than the uniform plan.
   for (int64_t M : {17, 64, 128, 300, 512, 777, 1024, 2048, 4096, 8192})
@@ -55,7 +96,7 @@ TEST_CASE("kernel plan: the wgmma hybrid of whole waves and a split rest", "[pla
                       int64_t(151936)})
       for (int kc : {16, 48, 64, 224})
         for (bool dual : {false, true}) {
-          const WgPlan u = plan_wgmma(M, n, kc, dual, kWave), h = plan_wgmma(M, n, kc, dual, kWave, true);
+          const WgPlan u = plan_wgmma(M, n, kc, dual, kWave), h = plan_wgmma(M, n, kc, dual, kWave, kHybrid);
           INFO("M " << M << " N " << n << " KC " << kc << (dual ? " SwiGLU" : ""));
           CHECK(h.t <= u.t);
           if (h.head == 0) continue;

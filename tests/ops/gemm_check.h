@@ -20,6 +20,7 @@ namespace qsp_test {
 using qsp::kern::Epilogue;
 using qsp::kern::GemmArgs;
 using qsp::kern::GemmPath;
+using qsp::kern::WgmmaWeights;
 
 inline const char* ep_name(Epilogue ep) {
   switch (ep) {
@@ -37,8 +38,7 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
                        const std::vector<int>& rows, const std::vector<float>& ref, const std::vector<float>* ref2,
                        uint64_t seed, GemmPath path = GemmPath::kAuto, const OpWeight* cat0 = nullptr,
                        const OpWeight* cat1 = nullptr, int wg_tile = 0, int wg_splits = 0,
-                       int variant = 0,  // GemmArgs bits: 1 gemv_l2_prefetch, 2 gemv_wide, 4 wgmma_tma_weights,
-                                         // 8 gemv_deep
+                       WgmmaWeights weights = WgmmaWeights::kAuto,  // GemmArgs::wgmma_weights
                        int wg_head = 0) {
   const int M = x.M;
   const int64_t N = w.N + (cat0 ? cat0->N : 0) + (cat1 ? cat1->N : 0);
@@ -47,8 +47,8 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
   const size_t count = size_t(M) * size_t(ldo);
   INFO("gemm " << N << "x" << w.K << (cat0 ? " (row groups)" : "") << " dtype " << qsp_dtype_name(w.dtype)
                << " M=" << M << " ldx=" << x.ldx << " ldo=" << ldo << " " << ep_name(ep) << " path " << int(path)
-               << " wgmma tile " << wg_tile << " splits " << wg_splits << " head " << wg_head << " variant "
-               << variant);
+               << " wgmma tile " << wg_tile << " splits " << wg_splits << " head " << wg_head << " weights "
+               << int(weights));
 
   // Initial output bytes: NaN poison, or random residuals for kAddF32.
   std::vector<uint8_t> init(count * esz, 0xff);
@@ -74,10 +74,7 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
   a.wg_tile = wg_tile;
   a.wg_splits = wg_splits;
   a.wg_head = wg_head;
-  a.gemv_l2_prefetch = (variant & 1) != 0;
-  a.gemv_wide = (variant & 2) != 0;
-  a.wgmma_tma_weights = (variant & 4) != 0;
-  a.gemv_deep = (variant & 8) != 0;
+  a.wgmma_weights = weights;
   if (cat0) a.wcat[0] = cat0->dw;
   if (cat1) a.wcat[1] = cat1->dw;
   CUDA_REQUIRE(qsp::kern::gemm(a, nullptr));
@@ -153,11 +150,10 @@ inline std::vector<float> group_ref(const OpWeight& q, const OpWeight& k, const 
 // All epilogues for each M on one (w, w2) pair; ldx alternates tight and
 // padded by M, ldo cycles tight, padded (aligned) and odd (scalar stores).
 // With path kWgmma, every token tile x K split of `tiles` x `splits` too (0:
-// the plan's); the references are computed once per M. variant: check_gemm's.
+// the plan's); the references are computed once per M. weights: check_gemm's.
 inline void gemm_sweep(const OpWeight& w, const OpWeight& w2, const std::vector<int>& Ms, uint64_t seed,
                        GemmPath path = GemmPath::kAuto, const std::vector<int>& tiles = {0},
-                       const std::vector<int>& splits = {0}, int variant = 0) {
-  const int flags = variant;
+                       const std::vector<int>& splits = {0}, WgmmaWeights weights = WgmmaWeights::kAuto) {
   int v = 0, mi = 0;
   for (int M : Ms) {
     const int ldx = int(w.K) + (mi++ % 2 ? 8 : 0);
@@ -169,7 +165,7 @@ inline void gemm_sweep(const OpWeight& w, const OpWeight& w2, const std::vector<
         for (Epilogue ep : {Epilogue::kStoreF16, Epilogue::kStoreF32, Epilogue::kAddF32, Epilogue::kSwiGLU}) {
           const int pad = v % 3 == 0 ? 0 : v % 3 == 1 ? 8 : 1;
           ++v;
-          check_gemm(w, &w2, x, ep, int(w.N) + pad, rows, ref, &ref2, seed + v, path, nullptr, nullptr, bt, ks, flags);
+          check_gemm(w, &w2, x, ep, int(w.N) + pad, rows, ref, &ref2, seed + v, path, nullptr, nullptr, bt, ks, weights);
         }
   }
 }

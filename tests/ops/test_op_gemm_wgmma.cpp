@@ -21,11 +21,12 @@ bool wgmma_here() {
 
 }  // namespace
 
-// The wgmma kernel's token tiles (256, 128, and 64, forced only) and clustered K splits
+// The wgmma kernel's token tiles (256, 128, 64) and clustered K splits
 // (1, 2, 4, 8) each forced: M inside one tile, across tiles and with a
 // partial last tile; K splits that divide the chunks evenly, unevenly and
 // leave ranks with no chunk at all (K = 160: 3 chunks over 4 or 8 ranks);
-// a K-quant.
+// a K-quant. Every other case with the weights copied per tile (the
+// default is by tensor maps where they fit).
 TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][wgmma]") {
   QSP_REQUIRE_GPU();
   if (!wgmma_here()) return;
@@ -41,9 +42,10 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
       {QSP_DTYPE_Q4_0, 1000, 160, {17, 65}},        // 3 chunks: empty ranks; N % 128 != 0
       {QSP_DTYPE_Q4_K, 2048, 1024, {64}},           // a K-quant
   };
+  int i = 0;
   for (const auto& c : cases) {
     OpWeight w(c.dt, c.N, c.K, seed++), w2(c.dt, c.N, c.K, seed++);
-    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, tiles, splits);
+    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, tiles, splits, i++ % 2 ? WgmmaWeights::kPerTile : WgmmaWeights::kAuto);
   }
   // What the forcing fields refuse.
   OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
@@ -58,11 +60,15 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
   a.wg_splits = 2;
   a.path = GemmPath::kAuto;
   CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
+  a.wg_splits = 0;
+  a.wg_tile = 0;
+  a.wgmma_weights = static_cast<qsp::kern::WgmmaWeights>(3);
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
   CUDA_REQUIRE(cudaGetLastError());
   CUDA_REQUIRE(cudaDeviceSynchronize());
 }
 
-// GemmArgs::wgmma_tma_weights: a stage's weights as one tensor-map copy per
+// GemmArgs::wgmma_weights = kTensorMaps: a stage's weights as one tensor-map copy per
 // matrix and array instead of one bulk copy per tile. Every format the wgmma
 // kernel takes, every epilogue (kSwiGLU: gate and up, a box of 4 tiles
 // each), both token tiles, unsplit and split, N past the last whole block
@@ -72,7 +78,7 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
 TEST_CASE("op gemm: the wgmma kernel's weights by tensor-map copies", "[gpu][gemm][wgmma]") {
   QSP_REQUIRE_GPU();
   if (!wgmma_here()) return;
-  constexpr int kTma = 4;  // check_gemm's variant bit
+  constexpr WgmmaWeights kTma = WgmmaWeights::kTensorMaps;
   uint64_t seed = 7100;
   for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1, QSP_DTYPE_Q2_K,
                      QSP_DTYPE_Q3_K, QSP_DTYPE_Q4_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K}) {
@@ -129,7 +135,7 @@ TEST_CASE("op gemm: the wgmma hybrid of whole waves and a split rest", "[gpu][ge
           for (Epilogue ep : {Epilogue::kStoreF16, Epilogue::kStoreF32, Epilogue::kAddF32, Epilogue::kSwiGLU}) {
             const int h = ep == Epilogue::kSwiGLU ? 2 * head + 1 : head;
             check_gemm(w, &w2, x, ep, 1000 + (v % 2 ? 8 : 0), rows, ref, &ref2, seed++, kWgmma, nullptr, nullptr,
-                       v % 2 ? 128 : 256, ks, 0, h);
+                       v % 2 ? 128 : 256, ks, v % 3 == 2 ? WgmmaWeights::kPerTile : WgmmaWeights::kAuto, h);
             ++v;
           }
     }
@@ -150,10 +156,10 @@ TEST_CASE("op gemm: the wgmma hybrid of whole waves and a split rest", "[gpu][ge
     const std::vector<int> rows = sample_rows(100);
     const std::vector<float> ref = group_ref(wq, wk, &wv, x, rows);
     for (int ks : {1, 2}) {
-      check_gemm(wq, nullptr, x, Epilogue::kStoreF32, int(N), rows, ref, nullptr, seed++, kWgmma, &wk, &wv, 256, ks, 0,
-                 c.head);
+      check_gemm(wq, nullptr, x, Epilogue::kStoreF32, int(N), rows, ref, nullptr, seed++, kWgmma, &wk, &wv, 256, ks,
+                 WgmmaWeights::kPerTile, c.head);
       check_gemm(wq, nullptr, x, Epilogue::kAddF32, int(N) + 4, rows, ref, nullptr, seed++, kWgmma, &wk, &wv, 128, ks,
-                 4, c.head);
+                 WgmmaWeights::kTensorMaps, c.head);
     }
   }
   {
