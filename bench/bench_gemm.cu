@@ -299,12 +299,13 @@ int run(int argc, char** argv) {
         // Milliseconds of gemm() with `path` forced (and the wgmma tile / K
         // splits); 0 where that cannot run.
         const auto forced_ms = [&](qsp::kern::GemmPath path, int wg_tile = 0, int wg_splits = 0,
-                                   qsp::kern::WgmmaWeights wgw = qsp::kern::WgmmaWeights::kAuto) {
+                                   qsp::kern::WgmmaWeights wgw = qsp::kern::WgmmaWeights::kAuto, int per_sm = 0) {
           qsp::kern::GemmArgs p = a;
           p.path = path;
           p.wg_tile = wg_tile;
           p.wg_splits = wg_splits;
           p.wgmma_weights = wgw;
+          p.wg_per_sm = per_sm;
           p.w.data = wq.first();
           if (qsp::kern::gemm(p, nullptr) != cudaSuccess) {
             (void)cudaGetLastError();
@@ -328,13 +329,16 @@ int run(int argc, char** argv) {
         }
         if (sweep && M > 16 && f != WFormat::kF16) {
           // Every wgmma token tile x K split forced, TFLOPS (- where it cannot
-          // run); a second line with the weights by tensor maps.
-          for (bool tma_w : {false, true}) {
-            const auto wgw = tma_w ? qsp::kern::WgmmaWeights::kTensorMaps : qsp::kern::WgmmaWeights::kPerTile;
-            std::printf("%-10s %-12s %5d %-5s   wgmma%s tile/splits:", sh.what, nk, M, fname, tma_w ? " tma_w" : "");
+          // run); a second line with the weights by tensor maps, a third with
+          // those and the 64-token tile at two blocks per SM (wg_per_sm).
+          for (int mode = 0; mode < 3; ++mode) {
+            const auto wgw = mode ? qsp::kern::WgmmaWeights::kTensorMaps : qsp::kern::WgmmaWeights::kPerTile;
+            std::printf("%-10s %-12s %5d %-5s   wgmma%s tile/splits:", sh.what, nk, M, fname,
+                        mode == 0 ? "" : mode == 1 ? " tma_w" : " tma_w 2/SM");
             for (int bt : {256, 128, 64})
               for (int ks : {1, 2, 4, 8}) {
-                const double t = forced_ms(qsp::kern::GemmPath::kWgmma, bt, ks, wgw);
+                if (mode == 2 && bt != 64) continue;
+                const double t = forced_ms(qsp::kern::GemmPath::kWgmma, bt, ks, wgw, mode == 2 ? 2 : 0);
                 if (t > 0) {
                   std::printf(" %d/%d %.1f", bt, ks, flop / t * 1e-9);
                 } else {

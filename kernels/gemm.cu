@@ -38,8 +38,9 @@ size_t scales_offset(WFormat f, int64_t rows, int64_t cols) {
   return dispatch_format(f, size_t(0), [&](auto t) { return decltype(t)::T::scales_offset(rows, cols); });
 }
 
-// Weight-row blocks [y0, y0 + y_blocks) only (y_blocks 0: to the end).
-cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks, int y0, int y_blocks,
+// Weight-row blocks [y0, y0 + y_blocks) only (y_blocks 0: to the end);
+// per_sm: wgmma::Args::per_sm.
+cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks, int y0, int y_blocks, int per_sm,
                          cudaStream_t stream) {
   wgmma::Args a;
   a.x = k.x;
@@ -56,6 +57,7 @@ cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks,
   a.tma_w = k.tma_w;
   a.y0 = y0;
   a.y_blocks = y_blocks;
+  a.per_sm = per_sm;
   return wgmma::run(a, f, ep, bt, ks, stream);
 }
 
@@ -112,7 +114,7 @@ AutoPlan plan_auto(int64_t M, const KArgs& a, WFormat f, bool dual, bool wg_ok, 
 
 // The kernel for this shape, format and device (see the top of the file).
 cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_tile, int wg_splits, int wg_head,
-                cudaStream_t stream) {
+                int wg_per_sm, cudaStream_t stream) {
   const int M = a.o.M;
   const bool wgmma_format = dispatch_format(f, false, [](auto t) { return decltype(t)::T::kWgmma; });
   if (path == GemmPath::kWgmma && (!wgmma_format || M <= 16)) return cudaErrorNotSupported;
@@ -146,8 +148,8 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
         const size_t off = size_t(M - tail) * size_t(a.o.ldo);
         if (r.o.out_h) r.o.out_h += off;
         if (r.o.out_f) r.o.out_f += off;
-        e = run(h, f, ep, path, 0, 0, 0, stream);
-        return e != cudaSuccess ? e : run(r, f, ep, path, 0, 0, 0, stream);
+        e = run(h, f, ep, path, 0, 0, 0, 0, stream);
+        return e != cudaSuccess ? e : run(r, f, ep, path, 0, 0, 0, 0, stream);
       }
     }
   }
@@ -155,11 +157,12 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
     const int bt = wg_tile ? wg_tile : best.wg.bt, ks = wg_splits ? wg_splits : best.wg.ks;
     // The plan's hybrid (gemm_plan.h) unless the caller forced the shape.
     const int head = wg_tile || wg_splits || wg_head ? wg_head : best.wg.head;
+    const int per_sm = wg_per_sm ? wg_per_sm : 1;
     if (head > 0) {
-      e = launch_wgmma(a, f, ep, bt, 1, 0, head, stream);
-      return e != cudaSuccess ? e : launch_wgmma(a, f, ep, bt, ks, head, 0, stream);
+      e = launch_wgmma(a, f, ep, bt, 1, 0, head, per_sm, stream);
+      return e != cudaSuccess ? e : launch_wgmma(a, f, ep, bt, ks, head, 0, per_sm, stream);
     }
-    return launch_wgmma(a, f, ep, bt, ks, 0, 0, stream);
+    return launch_wgmma(a, f, ep, bt, ks, 0, 0, per_sm, stream);
   }
   return launch_mma(a, f, ep, best.mma.large, best.mma.ks, dev, stream);
 }
@@ -220,7 +223,10 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   if (g.path != GemmPath::kAuto && g.path != GemmPath::kMma && g.path != GemmPath::kWgmma &&
       g.path != GemmPath::kGemv)
     return cudaErrorInvalidValue;
-  if ((g.wg_tile != 0 || g.wg_splits != 0 || g.wg_head != 0) && g.path != GemmPath::kWgmma) return cudaErrorInvalidValue;
+  if ((g.wg_tile != 0 || g.wg_splits != 0 || g.wg_head != 0 || g.wg_per_sm != 0) && g.path != GemmPath::kWgmma)
+    return cudaErrorInvalidValue;
+  if (g.wg_per_sm != 0 && g.wg_per_sm != 1 && !(g.wg_per_sm == 2 && g.wg_tile == wgmma::kTokTileTiny))
+    return cudaErrorInvalidValue;
   if (g.wg_tile != 0 && g.wg_tile != wgmma::kTokTileLarge && g.wg_tile != wgmma::kTokTileSmall &&
       g.wg_tile != wgmma::kTokTileTiny) {
     return cudaErrorInvalidValue;
@@ -283,7 +289,7 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   const uintptr_t base = half_out ? reinterpret_cast<uintptr_t>(g.out_h) : reinterpret_cast<uintptr_t>(g.out_f);
   a.o.vec = g.ldo % 2 == 0 && base % (half_out ? 4 : 8) == 0;
 
-  return run(a, g.w.fmt, g.ep, g.path, g.wg_tile, g.wg_splits, g.wg_head, stream);
+  return run(a, g.w.fmt, g.ep, g.path, g.wg_tile, g.wg_splits, g.wg_head, g.wg_per_sm, stream);
 }
 
 }  // namespace kern

@@ -22,7 +22,8 @@ constexpr int kTokTileLarge = 256, kTokTileSmall = 128;
 // came as one copy per tile (eighth session); with the tensor maps the
 // fastest tile at M = 64 and often 128 (fourteenth session, H100: 8B
 // 12288 x 4096 at M = 64 269 TFLOPS against 143 for the 128 tile and 167
-// for mma.sync). The plan takes it only with the maps.
+// for mma.sync). The plan takes it only with the maps. (Its kernel at two
+// blocks per SM, GemmArgs::wg_per_sm, is forced only until measured.)
 constexpr int kTokTileTiny = 64;
 // Weight rows ("virtual" rows: gate and up count separately) per block.
 constexpr int kBlockRows = 128;

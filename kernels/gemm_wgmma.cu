@@ -55,15 +55,28 @@ using namespace sm90;
 
 constexpr int kConsumers = 2;                     // warpgroups
 constexpr int kThreads = 128 * (kConsumers + 1);  // + the producer warpgroup
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 * 40 + 256 * 232 <= 64K
+// Registers after setmaxnreg, for MinB blocks per SM: the kernel is compiled
+// to 65536 / (384 MinB) rounded down to 8 (168, or 80 for two blocks), and
+// the producer's release pays the consumers' growth within that:
+// 128 * 40 + 256 * 232 = 384 * 168, 128 * 32 + 256 * 104 = 384 * 80.
+template <int MinB>
+constexpr int kProducerRegs = MinB == 1 ? 40 : 32;
+template <int MinB>
+constexpr int kConsumerRegs = MinB == 1 ? 232 : 104;
+static_assert(128 * kProducerRegs<1> + 256 * kConsumerRegs<1> <= kThreads * 168 &&
+                  128 * kProducerRegs<2> + 256 * kConsumerRegs<2> <= kThreads * 80,
+              "setmaxnreg stays within the launch's registers");
 constexpr int kVT = kBlockRows / qw::kTileRows;   // weight tiles per block
 constexpr int kLdr = kBlockRows + 4;              // epilogue smem row (floats): conflict-free transposed writes
-constexpr int kSmemBudget = 200 * 1024;           // pipeline stages take at most this
+// Pipeline stages take at most this: one block per SM, or two (each with
+// its epilogue tile, alignment slack and mbarriers, within 228 KB).
+template <int MinB>
+constexpr int kSmemBudget = MinB == 1 ? 200 * 1024 : 100 * 1024;
 static_assert(kBlockRows == 64 * kConsumers, "one m64 weight slice per consumer warpgroup");
 
 constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
-template <WFormat F, int BT>
+template <WFormat F, int BT, int MinB = 1>
 struct Layout {
   static constexpr int kUnit = WTraits<F>::kUnit;
   static constexpr int kXBytes = BT * 128;                       // [BT][64] fp16, 1024-aligned
@@ -71,12 +84,13 @@ struct Layout {
   static constexpr int kSUnit = WTraits<F>::kScaleUnit;
   static constexpr int kSBytes = kVT * kSUnit;                   // their scales
   static constexpr int kStage = round_up(kXBytes + kQBytes + kSBytes, 1024);
-  static constexpr int kStages = std::min(8, kSmemBudget / kStage);
+  static constexpr int kStages = std::min(8, kSmemBudget<MinB> / kStage);
   static constexpr int kTx = kXBytes + kQBytes + kSBytes;        // bytes landing per stage
   static constexpr int kEpi = BT * kLdr * 4;
   static constexpr int kRegion = std::max(kStages * kStage, kEpi);
   static constexpr int kBytes = 1024 + kRegion + 2 * 8 * kStages;  // alignment slack + mbarriers
   static_assert(kStages >= 2, "pipeline needs two stages");
+  static_assert(MinB == 1 || 2 * (kBytes + 1024) <= 228 * 1024, "two blocks fit an SM's shared memory");
 };
 
 // The weights of a stage by tensor-map copies (Args::tma_w): per matrix
@@ -101,13 +115,15 @@ constexpr bool tma_w_fits() {
 }
 
 // ---- The kernel ------------------------------------------------------------------------------
-template <WFormat F, int BT, Epilogue EP, bool kSplit>
-__global__ void __launch_bounds__(kThreads, 1)
+// MinB: blocks per SM the registers and shared memory are budgeted for (2:
+// the 64-token tile only, Args::per_sm).
+template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB>
+__global__ void __launch_bounds__(kThreads, MinB)
     wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ WMaps wm, const Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   pdl_wait();  // kernels/pdl.h
   pdl_launch_dependents();
-  using L = Layout<F, BT>;
+  using L = Layout<F, BT, MinB>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int kS = L::kStages;
   extern __shared__ uint8_t smem_raw[];
@@ -133,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp >= 4 * kConsumers) {
     // ---- Producer: one thread keeps kS stages in flight.
-    setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<kProducerRegs<MinB>>();
     if (warp == 4 * kConsumers && lane == 0) {
       // The block's weight tile v: its matrix, scale offset and tile index
       // there. Past the last tile a real one is loaded (its rows are not stored).
@@ -175,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           produce(per_tile([&](int v) { return WLoc{v / 4 ? a.w[1] : a.w[0], a.scale_off, min(r0 + v % 4, a.tiles - 1)}; }));
         }
       } else {
-        // One thread with 40 registers (setmaxnreg.dec) issues every copy:
+        // One thread with 40 (or 32) registers (setmaxnreg.dec) issues every copy:
         // the lookup must not run per copy. A block inside one matrix of the
         // row group (always for Q | K | V, whose boundaries are multiples of
         // 128 rows) finds it once; a block across a boundary looks each tile up.
@@ -207,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- Consumers.
-  setmaxnreg_inc<kConsumerRegs>();
+  setmaxnreg_inc<kConsumerRegs<MinB>>();
   const int v = warp;  // the warp's weight tile in the block (4 * warpgroup + warp % 4)
   float acc[BT / 2];
 #pragma unroll
@@ -313,10 +329,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // ---- Host side ------------------------------------------------------------------------------
-template <WFormat F, int BT, Epilogue EP, bool kSplit>
+template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB>
 cudaError_t launch_one(const Args& a, const CUtensorMap& map, const WMaps& wm, dim3 grid, cudaStream_t stream) {
-  using L = Layout<F, BT>;
-  auto kernel = wgmma_kernel<F, BT, EP, kSplit>;
+  using L = Layout<F, BT, MinB>;
+  auto kernel = wgmma_kernel<F, BT, EP, kSplit, MinB>;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
@@ -348,7 +364,7 @@ bool encode_wmaps(const Args& a, bool dual, WMaps& m) {
   return true;
 }
 
-template <WFormat F, int BT, Epilogue EP>
+template <WFormat F, int BT, Epilogue EP, int MinB>
 cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   CUtensorMap map;
   if (!sm90::encode_f16_2d(&map, a.x, uint64_t(a.K), uint64_t(a.o.M), uint64_t(a.ldx) * 2, BT)) {
@@ -367,14 +383,14 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   args.chunks_per_split = a.KC;
   if (splits > 1) {
     args.chunks_per_split = (a.KC + splits - 1) / splits;
-    const cudaError_t e = launch_one<F, BT, EP, true>(args, map, wm, dim3(grid.x, grid.y, splits), stream);
+    const cudaError_t e = launch_one<F, BT, EP, true, MinB>(args, map, wm, dim3(grid.x, grid.y, splits), stream);
     if (e == cudaSuccess) return cudaGetLastError();
     // A cluster that cannot be scheduled is a launch-configuration error (not
     // sticky): run unsplit rather than fail the forward pass.
     (void)cudaGetLastError();
     args.chunks_per_split = a.KC;
   }
-  return launch_one<F, BT, EP, false>(args, map, wm, grid, stream);
+  return launch_one<F, BT, EP, false, MinB>(args, map, wm, grid, stream);
 }
 
 }  // namespace
@@ -382,7 +398,7 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
 bool available(int dev) {
 #if defined(QSP_WGMMA)
   static PerDevice once;
-  return runs_on(once, dev, wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16, false>);
+  return runs_on(once, dev, wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16, false, 1>);
 #else
   (void)dev;
   return false;
@@ -395,7 +411,7 @@ int cluster_wave(int dev, int ks) {
   static PerDevice waves[3];
   return waves[ks / 4].get(dev, [&] {
     using L = Layout<WFormat::kQ4_0, kTokTileLarge>;
-    auto kernel = wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16, true>;
+    auto kernel = wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16, true, 1>;
     static PerDevice smem_once;
     int n = 0;
     const ClusterZLaunch cl(dim3(1, 1, unsigned(ks)), kThreads, L::kBytes, nullptr);
@@ -431,6 +447,7 @@ bool maps_fit(WFormat fmt) {
 cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int splits, cudaStream_t stream) {
 #if defined(QSP_WGMMA)
   if (tok_tile != kTokTileLarge && tok_tile != kTokTileSmall && tok_tile != kTokTileTiny) return cudaErrorInvalidValue;
+  if (a.per_sm != 1 && !(a.per_sm == 2 && tok_tile == kTokTileTiny)) return cudaErrorInvalidValue;
   if (splits != 1 && splits != 2 && splits != 4 && splits != 8) return cudaErrorInvalidValue;
 
   return dispatch_format(fmt, cudaErrorNotSupported, [&](auto f) {
@@ -441,9 +458,10 @@ cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int split
       constexpr WFormat F = decltype(f)::kFormat;
       return dispatch_epilogue(ep, [&](auto e) {
         constexpr Epilogue EP = decltype(e)::value;
-        if (tok_tile == kTokTileLarge) return launch<F, kTokTileLarge, EP>(a, splits, stream);
-        if (tok_tile == kTokTileSmall) return launch<F, kTokTileSmall, EP>(a, splits, stream);
-        return launch<F, kTokTileTiny, EP>(a, splits, stream);
+        if (tok_tile == kTokTileLarge) return launch<F, kTokTileLarge, EP, 1>(a, splits, stream);
+        if (tok_tile == kTokTileSmall) return launch<F, kTokTileSmall, EP, 1>(a, splits, stream);
+        if (a.per_sm == 2) return launch<F, kTokTileTiny, EP, 2>(a, splits, stream);
+        return launch<F, kTokTileTiny, EP, 1>(a, splits, stream);
       });
     }
   });

@@ -38,6 +38,11 @@ struct Args {
   // the end): the plan's hybrid runs the whole waves of blocks unsplit and
   // the ragged rest as a split launch of its own (gemm.cu).
   int32_t y0, y_blocks;
+  // Blocks per SM the kernel is built for: 1, or 2 with the 64-token tile
+  // (consumers at 104 registers instead of 232, pipeline stages within
+  // 100 KB of shared memory: two blocks hide each other's per-chunk latency
+  // where the grid is below a wave; forced only, GemmArgs::wg_per_sm).
+  int32_t per_sm = 1;
 };
 
 // The tile constants kTokTileLarge / kTokTileSmall (token rows per block) and

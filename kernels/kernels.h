@@ -140,6 +140,10 @@ struct GemmArgs {
   // < the row blocks). When wg_tile / wg_splits are forced and wg_head is
   // not, no hybrid.
   int32_t wg_head = 0;
+  // Tests and benchmarks, with path == kWgmma and wg_tile == 64: the
+  // 64-token tile's kernel built for two blocks per SM (2; 0 or 1: one;
+  // wgmma::Args::per_sm). Not chosen by the plan until measured.
+  int32_t wg_per_sm = 0;
   // Tests and benchmarks: how the wgmma kernel copies a stage's weights
   // (WgmmaWeights); the plan model's rates follow it. No effect on the other
   // kernels.

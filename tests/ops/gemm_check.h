@@ -39,7 +39,7 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
                        uint64_t seed, GemmPath path = GemmPath::kAuto, const OpWeight* cat0 = nullptr,
                        const OpWeight* cat1 = nullptr, int wg_tile = 0, int wg_splits = 0,
                        WgmmaWeights weights = WgmmaWeights::kAuto,  // GemmArgs::wgmma_weights
-                       int wg_head = 0) {
+                       int wg_head = 0, int wg_per_sm = 0) {
   const int M = x.M;
   const int64_t N = w.N + (cat0 ? cat0->N : 0) + (cat1 ? cat1->N : 0);
   const bool half_out = ep == Epilogue::kStoreF16 || ep == Epilogue::kSwiGLU;
@@ -48,7 +48,7 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
   INFO("gemm " << N << "x" << w.K << (cat0 ? " (row groups)" : "") << " dtype " << qsp_dtype_name(w.dtype)
                << " M=" << M << " ldx=" << x.ldx << " ldo=" << ldo << " " << ep_name(ep) << " path " << int(path)
                << " wgmma tile " << wg_tile << " splits " << wg_splits << " head " << wg_head << " weights "
-               << int(weights));
+               << int(weights) << " per SM " << wg_per_sm);
 
   // Initial output bytes: NaN poison, or random residuals for kAddF32.
   std::vector<uint8_t> init(count * esz, 0xff);
@@ -74,6 +74,7 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
   a.wg_tile = wg_tile;
   a.wg_splits = wg_splits;
   a.wg_head = wg_head;
+  a.wg_per_sm = wg_per_sm;
   a.wgmma_weights = weights;
   if (cat0) a.wcat[0] = cat0->dw;
   if (cat1) a.wcat[1] = cat1->dw;
@@ -150,10 +151,11 @@ inline std::vector<float> group_ref(const OpWeight& q, const OpWeight& k, const 
 // All epilogues for each M on one (w, w2) pair; ldx alternates tight and
 // padded by M, ldo cycles tight, padded (aligned) and odd (scalar stores).
 // With path kWgmma, every token tile x K split of `tiles` x `splits` too (0:
-// the plan's); the references are computed once per M. weights: check_gemm's.
+// the plan's); the references are computed once per M. weights, per_sm: check_gemm's.
 inline void gemm_sweep(const OpWeight& w, const OpWeight& w2, const std::vector<int>& Ms, uint64_t seed,
                        GemmPath path = GemmPath::kAuto, const std::vector<int>& tiles = {0},
-                       const std::vector<int>& splits = {0}, WgmmaWeights weights = WgmmaWeights::kAuto) {
+                       const std::vector<int>& splits = {0}, WgmmaWeights weights = WgmmaWeights::kAuto,
+                       int per_sm = 0) {
   int v = 0, mi = 0;
   for (int M : Ms) {
     const int ldx = int(w.K) + (mi++ % 2 ? 8 : 0);
@@ -165,7 +167,8 @@ inline void gemm_sweep(const OpWeight& w, const OpWeight& w2, const std::vector<
         for (Epilogue ep : {Epilogue::kStoreF16, Epilogue::kStoreF32, Epilogue::kAddF32, Epilogue::kSwiGLU}) {
           const int pad = v % 3 == 0 ? 0 : v % 3 == 1 ? 8 : 1;
           ++v;
-          check_gemm(w, &w2, x, ep, int(w.N) + pad, rows, ref, &ref2, seed + v, path, nullptr, nullptr, bt, ks, weights);
+          check_gemm(w, &w2, x, ep, int(w.N) + pad, rows, ref, &ref2, seed + v, path, nullptr, nullptr, bt, ks, weights, 0,
+                     per_sm);
         }
   }
 }

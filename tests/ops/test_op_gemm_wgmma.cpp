@@ -26,7 +26,8 @@ bool wgmma_here() {
 // partial last tile; K splits that divide the chunks evenly, unevenly and
 // leave ranks with no chunk at all (K = 160: 3 chunks over 4 or 8 ranks);
 // a K-quant. Every other case with the weights copied per tile (the
-// default is by tensor maps where they fit).
+// default is by tensor maps where they fit). The 64-token tile also as its
+// two-blocks-per-SM kernel (GemmArgs::wg_per_sm), both ways of copying.
 TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][wgmma]") {
   QSP_REQUIRE_GPU();
   if (!wgmma_here()) return;
@@ -45,7 +46,9 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
   int i = 0;
   for (const auto& c : cases) {
     OpWeight w(c.dt, c.N, c.K, seed++), w2(c.dt, c.N, c.K, seed++);
-    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, tiles, splits, i++ % 2 ? WgmmaWeights::kPerTile : WgmmaWeights::kAuto);
+    const WgmmaWeights wgw = i++ % 2 ? WgmmaWeights::kPerTile : WgmmaWeights::kAuto;
+    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, tiles, splits, wgw);
+    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, {64}, splits, wgw, 2);
   }
   // What the forcing fields refuse.
   OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
@@ -64,6 +67,18 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
   a.wg_tile = 0;
   a.wgmma_weights = static_cast<qsp::kern::WgmmaWeights>(3);
   CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
+  a.wgmma_weights = WgmmaWeights::kAuto;
+  a.path = GemmPath::kWgmma;
+  a.wg_per_sm = 2;  // only with the 64-token tile forced
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
+  a.wg_tile = 128;
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
+  a.wg_tile = 64;
+  a.wg_per_sm = 3;
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
+  a.wg_per_sm = 2;
+  CUDA_REQUIRE(qsp::kern::gemm(a, nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
   CUDA_REQUIRE(cudaGetLastError());
   CUDA_REQUIRE(cudaDeviceSynchronize());
 }
