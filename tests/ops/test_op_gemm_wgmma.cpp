@@ -26,8 +26,7 @@ bool wgmma_here() {
 // partial last tile; K splits that divide the chunks evenly, unevenly and
 // leave ranks with no chunk at all (K = 160: 3 chunks over 4 or 8 ranks);
 // a K-quant. Every other case with the weights copied per tile (the
-// default is by tensor maps where they fit). The 64-token tile also as its
-// two-blocks-per-SM kernel (GemmArgs::wg_per_sm), both ways of copying.
+// default is by tensor maps where they fit).
 TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][wgmma]") {
   QSP_REQUIRE_GPU();
   if (!wgmma_here()) return;
@@ -46,9 +45,7 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
   int i = 0;
   for (const auto& c : cases) {
     OpWeight w(c.dt, c.N, c.K, seed++), w2(c.dt, c.N, c.K, seed++);
-    const WgmmaWeights wgw = i++ % 2 ? WgmmaWeights::kPerTile : WgmmaWeights::kAuto;
-    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, tiles, splits, wgw);
-    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, {64}, splits, wgw, 2);
+    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, tiles, splits, i++ % 2 ? WgmmaWeights::kPerTile : WgmmaWeights::kAuto);
   }
   // What the forcing fields refuse.
   OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
@@ -67,8 +64,41 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
   a.wg_tile = 0;
   a.wgmma_weights = static_cast<qsp::kern::WgmmaWeights>(3);
   CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
-  a.wgmma_weights = WgmmaWeights::kAuto;
-  a.path = GemmPath::kWgmma;
+
+  CUDA_REQUIRE(cudaGetLastError());
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+}
+
+// GemmArgs::wg_per_sm = 2: the 64-token tile's kernel built for two blocks
+// per SM (104 consumer registers after setmaxnreg, stages within 100 KB),
+// forced only until measured: every K split on the shapes of the forced
+// tile test, both ways of copying the weights; and its refusals (without
+// the 64-token tile forced, other counts). Its own case: a wrong register
+// budget would hang setmaxnreg.inc, and this is where it would show.
+TEST_CASE("op gemm: the 64-token wgmma tile at two blocks per SM", "[gpu][gemm][wgmma]") {
+  QSP_REQUIRE_GPU();
+  if (!wgmma_here()) return;
+  uint64_t seed = 2700;
+  const struct {
+    int32_t dt;
+    int64_t N, K;
+    std::vector<int> Ms;
+  } cases[] = {
+      {QSP_DTYPE_Q4_0, 4096, 4096, {17, 64, 100}},
+      {QSP_DTYPE_Q8_0, 1024, 3072, {33, 130}},  // 5 stages within 100 KB
+      {QSP_DTYPE_Q4_0, 1000, 160, {17, 65}},
+      {QSP_DTYPE_Q4_K, 2048, 1024, {64}},
+  };
+  int i = 0;
+  for (const auto& c : cases) {
+    OpWeight w(c.dt, c.N, c.K, seed++), w2(c.dt, c.N, c.K, seed++);
+    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, {64}, {1, 2, 4, 8},
+               i++ % 2 ? WgmmaWeights::kPerTile : WgmmaWeights::kAuto, 2);
+  }
+  OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
+  OpActs x(32, 64, 64, 10);
+  DevBuf out(size_t(32) * 128 * 4);
+  GemmArgs a = forced_wgmma(wq, x, out.as<float>());
   a.wg_per_sm = 2;  // only with the 64-token tile forced
   CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
   a.wg_tile = 128;
@@ -76,10 +106,11 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
   a.wg_tile = 64;
   a.wg_per_sm = 3;
   CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
+  a.path = GemmPath::kAuto;
   a.wg_per_sm = 2;
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
+  a.path = GemmPath::kWgmma;
   CUDA_REQUIRE(qsp::kern::gemm(a, nullptr));
-  CUDA_REQUIRE(cudaDeviceSynchronize());
-  CUDA_REQUIRE(cudaGetLastError());
   CUDA_REQUIRE(cudaDeviceSynchronize());
 }
 
