@@ -81,10 +81,12 @@ bool env_on(const char* name) {
 //                  (WgmmaWeights::kAuto; measured, bench/RESULTS.md, fourteenth session)
 //  - kWgmmaHybrid  $QSP_WGMMA_HYBRID (off unless set): the plan's two-launch hybrid (WgPlan::head;
 //                  measured no faster but at 128 tokens)
-enum class Switch { kWgmmaTmaW, kWgmmaHybrid };
+//  - kWgmmaDense64 $QSP_WGMMA_DENSE64 (off unless set; not measured yet): the plan may take the
+//                  64-token tile at two blocks per SM (WgPlan::per_sm)
+enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64 };
 bool switch_on(Switch s) {
   static const bool on[] = {!std::getenv("QSP_WGMMA_TMA_W") || env_on("QSP_WGMMA_TMA_W"),
-                            env_on("QSP_WGMMA_HYBRID")};
+                            env_on("QSP_WGMMA_HYBRID"), env_on("QSP_WGMMA_DENSE64")};
   return on[int(s)];
 }
 
@@ -102,6 +104,7 @@ AutoPlan plan_auto(int64_t M, const KArgs& a, WFormat f, bool dual, bool wg_ok, 
   WgChoices c;
   c.maps = a.tma_w != 0 && wgmma::maps_fit(f);
   c.hybrid = switch_on(Switch::kWgmmaHybrid);
+  c.dense64 = switch_on(Switch::kWgmmaDense64);
   r.wg = wg_ok ? plan_wgmma(M, a.o.N, a.KC, dual, wave, c) : WgPlan{0, 1, 1e300};
   r.wgmma = r.wg.t < r.mma.t;
   r.t = r.wgmma ? r.wg.t : r.mma.t;
@@ -155,9 +158,11 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
   }
   if (path == GemmPath::kWgmma || (path == GemmPath::kAuto && best.wgmma)) {
     const int bt = wg_tile ? wg_tile : best.wg.bt, ks = wg_splits ? wg_splits : best.wg.ks;
-    // The plan's hybrid (gemm_plan.h) unless the caller forced the shape.
-    const int head = wg_tile || wg_splits || wg_head ? wg_head : best.wg.head;
-    const int per_sm = wg_per_sm ? wg_per_sm : 1;
+    // The plan's hybrid and blocks per SM (gemm_plan.h) unless the caller
+    // forced the shape.
+    const bool forced = wg_tile || wg_splits || wg_head;
+    const int head = forced ? wg_head : best.wg.head;
+    const int per_sm = wg_per_sm ? wg_per_sm : forced ? 1 : best.wg.per_sm;
     if (head > 0) {
       e = launch_wgmma(a, f, ep, bt, 1, 0, head, per_sm, stream);
       return e != cudaSuccess ? e : launch_wgmma(a, f, ep, bt, ks, head, 0, per_sm, stream);

@@ -81,28 +81,39 @@ Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
 // 4 x 72 there (one more launch, kPlanLaunch). Measured (H100, with the
 // maps): the 8B pass at 128 tokens 4% faster, at 512 and 2048 0-1% slower;
 // off.
+//
+// The 64-token tile at two blocks per SM (WgChoices::dense64,
+// $QSP_WGMMA_DENSE64; not measured yet): a wave holds twice the blocks,
+// each assumed kDenseSlow slower per chunk than alone on its SM (a guess:
+// the two share the tensor cores and shared memory bandwidth, but a
+// 64-token block leaves most of both idle; bench/RESULTS.md, fourteenth
+// session, for why it should pay below a wave).
 WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4], WgChoices c) {
   constexpr int kTiles[3] = {wgmma::kTokTileLarge, wgmma::kTokTileSmall, wgmma::kTokTileTiny};
   constexpr double kRateCopies[2] = {1.95, 1.14};   // per-tile copies: BT = 256, 128 (H200, eighth session)
   constexpr double kRateMaps[3] = {2.33, 1.96, 1.31};  // tensor maps: BT = 256, 128, 64 (H100, fourteenth)
   constexpr int kWgFill = 8, kWgReduce = 2;
+  constexpr double kDenseSlow = 1.2;
   WgPlan best{0, 1, 1e300};
-  for (int i = 0; i < (c.maps ? 3 : 2); ++i) {
-    const int bt = kTiles[i];
-    const double unit = (bt * 128.0) / (128.0 * 256.0) / (c.maps ? kRateMaps[i] : kRateCopies[i]);
+  for (int i = 0; i < (c.maps ? (c.dense64 ? 4 : 3) : 2); ++i) {
+    const bool dense = i == 3;  // the 64-token tile, two blocks per SM
+    const int bt = kTiles[dense ? 2 : i], per_sm = dense ? 2 : 1;
+    const double unit = (bt * 128.0) / (128.0 * 256.0) / (c.maps ? kRateMaps[dense ? 2 : i] : kRateCopies[i]) *
+                        (dense ? kDenseSlow : 1.0);
     const int64_t rows = dual ? wgmma::kBlockRows / 2 : wgmma::kBlockRows;
     const int64_t tok_blocks = (M + bt - 1) / bt, row_blocks = (real_n + rows - 1) / rows;
     // Time of `tiles` blocks split ks ways (i_ks = log2 ks), in units.
     const auto time = [&](int64_t tiles, int ks, int i_ks) {
-      const int64_t per_wave = std::max(wave[i_ks], ks);
+      const int64_t per_wave = std::max(per_sm * int64_t(wave[i_ks]), int64_t(ks));
       const int64_t waves = (tiles * ks + per_wave - 1) / per_wave;
       return double(waves) * double((KC + ks - 1) / ks + kWgFill + (ks > 1 ? kWgReduce : 0)) * unit;
     };
     for (int ks = 1, i_ks = 0; ks <= 8; ks *= 2, ++i_ks) {
       if (ks > 1 && KC / ks < 4) break;
       const double t = time(tok_blocks * row_blocks, ks, i_ks);
-      if (t < best.t) best = WgPlan{bt, ks, t};
+      if (t < best.t) best = WgPlan{bt, ks, t, 0, per_sm};
     }
+    if (dense) continue;  // no hybrid of the dense kernel
     // The hybrid: whole waves of row blocks unsplit, the rest split.
     const int64_t full = tok_blocks * row_blocks / std::max(wave[0], 1);
     const int64_t head = full * wave[0] / tok_blocks;

@@ -49,11 +49,13 @@ struct WgPlan {
   int ks;
   double t;
   int head = 0;
+  int per_sm = 1;  // 2: the 64-token tile's kernel at two blocks per SM (wgmma::Args::per_sm)
 };
 // What the wgmma kernel will run with.
 struct WgChoices {
-  bool maps = false;    // a stage's weights by tensor maps (wgmma::Args::tma_w): their rates, and the 64-token tile
-  bool hybrid = false;  // consider the two-launch hybrid ($QSP_WGMMA_HYBRID; measured no faster, off)
+  bool maps = false;     // a stage's weights by tensor maps (wgmma::Args::tma_w): their rates, and the 64-token tile
+  bool hybrid = false;   // consider the two-launch hybrid ($QSP_WGMMA_HYBRID; measured no faster, off)
+  bool dense64 = false;  // with maps: consider the 64-token tile at two blocks per SM ($QSP_WGMMA_DENSE64; unmeasured)
 };
 // wave[i]: blocks that run at once with clusters of 2^i blocks (wave[0] = the
 // SM count; see wgmma::cluster_wave).

@@ -75,6 +75,29 @@ TEST_CASE("kernel plan: the wgmma tiles and splits with the weights by tensor ma
         CHECK(plan_wgmma(M, n, 64, dual, kWave, kMaps).t < plan_wgmma(M, n, 64, dual, kWave, kCopies).t);
 }
 
+TEST_CASE("kernel plan: the 64-token tile at two blocks per SM ($QSP_WGMMA_DENSE64)", "[plan]") {
+  const WgChoices dense{true, false, true};
+  // Below a wave the second block per SM is what it is for: 12288 x 4096
+  // at M = 64 (96 blocks of 64/1 on 132 SMs) splits 2 ways into 192 blocks
+  // resident at once.
+  const WgPlan g64 = plan_wgmma(64, 12288, 64, false, kWave, dense);
+  CHECK(g64.per_sm == 2);
+  CHECK(g64.bt == 64);
+  CHECK(g64.ks == 2);
+  // Only the 64-token tile takes it, never without the maps or the switch,
+  // and it never makes the estimate worse.
+  for (int64_t M : {17, 64, 128, 300, 512, 2048})
+    for (int64_t n : {int64_t(1024), int64_t(4096), int64_t(12288), int64_t(14336)})
+      for (bool dual : {false, true}) {
+        const WgPlan d = plan_wgmma(M, n, 64, dual, kWave, dense);
+        CHECK((d.per_sm == 1 || d.bt == 64));
+        CHECK(d.head == 0);
+        CHECK(d.t <= plan_wgmma(M, n, 64, dual, kWave, kMaps).t);
+        CHECK(plan_wgmma(M, n, 64, dual, kWave, kMaps).per_sm == 1);
+        CHECK(plan_wgmma(M, n, 64, dual, kWave, WgChoices{false, false, true}).per_sm == 1);
+      }
+}
+
 TEST_CASE("kernel plan: the wgmma hybrid of whole waves and a split rest", "[plan]") {
   // 8B gate | up at 512 tokens: 2 x 224 blocks, 3.4 waves: 198 row blocks
   // (3 whole waves) unsplit, the other 26 split 2 ways.
