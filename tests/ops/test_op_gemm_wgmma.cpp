@@ -19,34 +19,41 @@ bool wgmma_here() {
   return false;
 }
 
-}  // namespace
-
-// The wgmma kernel's token tiles (256, 128, 64) and clustered K splits
-// (1, 2, 4, 8) each forced: M inside one tile, across tiles and with a
-// partial last tile; K splits that divide the chunks evenly, unevenly and
-// leave ranks with no chunk at all (K = 160: 3 chunks over 4 or 8 ranks);
-// a K-quant. Every other case with the weights copied per tile (the
-// default is by tensor maps where they fit).
-TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][wgmma]") {
-  QSP_REQUIRE_GPU();
-  if (!wgmma_here()) return;
-  const std::vector<int> tiles = {256, 128, 64}, splits = {1, 2, 4, 8};
-  uint64_t seed = 2600;
+// The forced tile tests' shapes, each swept over `tiles` x K splits 1-8 and
+// every epilogue, per_sm: GemmArgs::wg_per_sm (0: the default kernel): M
+// inside one tile, across tiles and with a partial last tile; K splits
+// that divide the chunks evenly, unevenly and leave ranks with no chunk at
+// all (K = 160: 3 chunks over 4 or 8 ranks); a K-quant. Every other shape
+// with the weights copied per tile (the default is by tensor maps where
+// they fit).
+void forced_tile_sweep(const std::vector<int>& tiles, int per_sm, uint64_t seed) {
   const struct {
     int32_t dt;
     int64_t N, K;
     std::vector<int> Ms;
   } cases[] = {
       {QSP_DTYPE_Q4_0, 4096, 4096, {17, 64, 100}},  // Qwen3-8B q / o: the decode-batch and short-prompt sizes
-      {QSP_DTYPE_Q8_0, 1024, 3072, {33, 300}},      // Qwen3-0.6B down
+      {QSP_DTYPE_Q8_0, 1024, 3072, {33, 300}},      // Qwen3-0.6B down (at 2 per SM: 5 stages within 100 KB)
       {QSP_DTYPE_Q4_0, 1000, 160, {17, 65}},        // 3 chunks: empty ranks; N % 128 != 0
       {QSP_DTYPE_Q4_K, 2048, 1024, {64}},           // a K-quant
   };
   int i = 0;
   for (const auto& c : cases) {
     OpWeight w(c.dt, c.N, c.K, seed++), w2(c.dt, c.N, c.K, seed++);
-    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, tiles, splits, i++ % 2 ? WgmmaWeights::kPerTile : WgmmaWeights::kAuto);
+    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, tiles, {1, 2, 4, 8},
+               i++ % 2 ? WgmmaWeights::kPerTile : WgmmaWeights::kAuto, per_sm);
   }
+}
+
+}  // namespace
+
+// The wgmma kernel's token tiles (256, 128, 64) and clustered K splits
+// (1, 2, 4, 8) each forced (forced_tile_sweep), and the forcing fields'
+// refusals.
+TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][wgmma]") {
+  QSP_REQUIRE_GPU();
+  if (!wgmma_here()) return;
+  forced_tile_sweep({256, 128, 64}, 0, 2600);
   // What the forcing fields refuse.
   OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
   OpActs x(32, 64, 64, 10);
@@ -78,23 +85,7 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
 TEST_CASE("op gemm: the 64-token wgmma tile at two blocks per SM", "[gpu][gemm][wgmma]") {
   QSP_REQUIRE_GPU();
   if (!wgmma_here()) return;
-  uint64_t seed = 2700;
-  const struct {
-    int32_t dt;
-    int64_t N, K;
-    std::vector<int> Ms;
-  } cases[] = {
-      {QSP_DTYPE_Q4_0, 4096, 4096, {17, 64, 100}},
-      {QSP_DTYPE_Q8_0, 1024, 3072, {33, 130}},  // 5 stages within 100 KB
-      {QSP_DTYPE_Q4_0, 1000, 160, {17, 65}},
-      {QSP_DTYPE_Q4_K, 2048, 1024, {64}},
-  };
-  int i = 0;
-  for (const auto& c : cases) {
-    OpWeight w(c.dt, c.N, c.K, seed++), w2(c.dt, c.N, c.K, seed++);
-    gemm_sweep(w, w2, c.Ms, seed++, kWgmma, {64}, {1, 2, 4, 8},
-               i++ % 2 ? WgmmaWeights::kPerTile : WgmmaWeights::kAuto, 2);
-  }
+  forced_tile_sweep({64}, 2, 2700);
   OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
   OpActs x(32, 64, 64, 10);
   DevBuf out(size_t(32) * 128 * 4);
