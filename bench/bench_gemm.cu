@@ -3,6 +3,7 @@
 //
 //   cmake --build build --target bench_gemm    (the GEMM is kernels/gemm*.cu, kernels/gemv.cu)
 //   ./bench_gemm [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu] [--m LIST] [--sweep]
+//                [--shape NxK[,NxK...]]   (instead of the built-in layer shapes)
 //   --sweep: also every wgmma token tile x K split forced (the plan model's data),
 //            with the weights per tile and by tensor maps ($QSP_WGMMA_TMA_W)
 //
@@ -125,6 +126,7 @@ int run(int argc, char** argv) {
   bool quick = false, cublas = true, swiglu = false, sweep = false;
   std::string fmt_arg = "q4q8";
   std::vector<int> m_list;
+  std::vector<Shape> shape_list;  // --shape: instead of the built-in shapes (one shape per ncu run)
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
     if (s == "--quick") quick = true;
@@ -143,8 +145,26 @@ int run(int argc, char** argv) {
         m_list.push_back(int(v));
         p = *end == ',' ? end + 1 : end;
       }
+    } else if (s == "--shape" && i + 1 < argc) {
+      for (const char* p = argv[++i]; *p;) {
+        char* end = nullptr;
+        const long long n = std::strtoll(p, &end, 10);
+        long long k = 0;
+        if (end != p && *end == 'x') {
+          const char* q = end + 1;
+          k = std::strtoll(q, &end, 10);
+          if (end == q) k = 0;
+        }
+        if (n < 1 || k < 1 || n > (1LL << 20) || k > (1LL << 20) || (*end && *end != ',')) {
+          std::fprintf(stderr, "bench_gemm: --shape: a list of NxK, e.g. 4096x4096,4096x14336\n");
+          return 2;
+        }
+        shape_list.push_back({n, k, "--shape"});
+        p = *end == ',' ? end + 1 : end;
+      }
     } else {
       std::fprintf(stderr, "usage: %s [--quick] [--fmt q4|q8|f16|all|LIST] [--no-cublas] [--swiglu] [--m LIST] [--sweep]\n"
+                   "  [--shape NxK[,NxK...]]\n"
                    "  LIST: format names, e.g. q4_0,q4_K,q6_K (every format the kernels decode)\n", argv[0]);
       return 2;
     }
@@ -182,7 +202,8 @@ int run(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, dev));
   std::printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
 
-  const std::vector<Shape> shapes = quick ? std::vector<Shape>{{4096, 4096, "q/o 8B"}, {12288, 4096, "gate 4B"}}
+  const std::vector<Shape> shapes = !shape_list.empty() ? shape_list
+                                    : quick ? std::vector<Shape>{{4096, 4096, "q/o 8B"}, {12288, 4096, "gate 4B"}}
                                           : std::vector<Shape>{{1024, 1024, "0.6B k/v"},
                                                                {3072, 1024, "0.6B up"},
                                                                {1024, 3072, "0.6B down"},
