@@ -201,10 +201,16 @@ bool gemm_supported(WFormat fmt, int64_t rows, int64_t cols, const char** why) {
   return r == nullptr;
 }
 
+bool gemm_norm_in_ok(int32_t M, int32_t K) {
+  return M >= 1 && M <= 8 && K >= 4 && K % 4 == 0 && K <= 8192 && int64_t(M) * K <= 16384;
+}
+
 cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   const int64_t K = g.w.cols;
   const bool dual = g.ep == Epilogue::kSwiGLU;
-  if (!gemm_supported(g.w.fmt, g.w.rows, K, nullptr) || g.w.data == nullptr || g.x == nullptr || g.M < 1) {
+  const bool norm_in = g.norm_in_x != nullptr;  // then x is not read
+  if (!gemm_supported(g.w.fmt, g.w.rows, K, nullptr) || g.w.data == nullptr || (g.x == nullptr && !norm_in) ||
+      g.M < 1) {
     return cudaErrorInvalidValue;
   }
   // Row groups: w, then wcat[0], wcat[1] where present (in that order).
@@ -223,7 +229,8 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   for (int i = 0; i < n_parts; ++i) N += parts[i]->rows;
   if (N > (int64_t(1) << 30)) return cudaErrorInvalidValue;
   // 16-byte activation loads: x and ldx aligned to 8 fp16.
-  if (g.ldx < K || g.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0) return cudaErrorInvalidValue;
+  if (!norm_in && (g.ldx < K || g.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0))
+    return cudaErrorInvalidValue;
   if (g.ldo < N) return cudaErrorInvalidValue;
   if (g.path != GemmPath::kAuto && g.path != GemmPath::kMma && g.path != GemmPath::kWgmma &&
       g.path != GemmPath::kGemv)
@@ -250,6 +257,12 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (half_out ? g.out_h == nullptr : g.out_f == nullptr) return cudaErrorInvalidValue;
+  if (norm_in && (!gemm_norm_in_ok(g.M, int32_t(K)) || (g.ep != Epilogue::kStoreF32 && !dual) || g.path == GemmPath::kMma || g.path == GemmPath::kWgmma ||
+                  !g.norm_in_w || g.norm_in_ldx < K || g.norm_in_ldx % 4 != 0 || g.tail_norm_out ||
+                  reinterpret_cast<uintptr_t>(g.norm_in_x) % 16 != 0 ||
+                  reinterpret_cast<uintptr_t>(g.norm_in_w) % 16 != 0 || !(g.norm_in_eps >= 0.0f))) {
+    return cudaErrorInvalidValue;
+  }
   if (g.tail_norm_out && (g.ep != Epilogue::kAddF32 || g.M > 16 || !g.tail_norm_w || !g.tail_norm_counter ||
                           !(g.tail_norm_eps >= 0.0f))) {
     return cudaErrorInvalidValue;
@@ -286,6 +299,10 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   a.nout = g.tail_norm_out;
   a.eps = g.tail_norm_eps;
   a.counter = g.tail_norm_counter;
+  a.xin = g.norm_in_x;
+  a.xin_ld = g.norm_in_ldx;
+  a.xin_w = g.norm_in_w;
+  a.xin_eps = g.norm_in_eps;
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;
   a.o.ldo = g.ldo;

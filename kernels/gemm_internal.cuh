@@ -36,6 +36,11 @@ struct KArgs {
   __half* nout;
   float eps;
   int32_t* counter;
+  // GemmArgs::norm_in_*: the GEMV's input formed from these (xin != nullptr).
+  const float* xin;
+  int32_t xin_ld;
+  const float* xin_w;
+  float xin_eps;
 };
 
 // ---- Tile configurations of the mma.sync kernel --------------------------------------------

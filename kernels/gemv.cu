@@ -78,6 +78,76 @@ __device__ __forceinline__ void load_x(uint32_t (&xb)[MT][4][2], const KArgs& a,
   }
 }
 
+// load_x's fragments from the block's normed rows in shared memory
+// (GemmArgs::norm_in_x): xs[m][KP], zero from K to KP = KC * 64.
+template <int MT>
+__device__ __forceinline__ void load_x_smem(uint32_t (&xb)[MT][4][2], const __half* xs, int KP, int M, int c,
+                                            bool ok, int g, int t) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int m = mt * 8 + g;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t* r = xb[mt][s];
+      if (ok && m < M) {
+        const __half* xp = xs + m * KP + c * 64 + 16 * s + 2 * t;
+        r[0] = *reinterpret_cast<const uint32_t*>(xp);
+        r[1] = *reinterpret_cast<const uint32_t*>(xp + 8);
+      } else {
+        r[0] = r[1] = 0u;
+      }
+    }
+  }
+}
+
+// GemmArgs::norm_in_x: the block's input rows, RMSNorm'd into xs[m][KP]
+// as fp16, bit for bit what rmsnorm_f16 writes (kernels/rmsnorm.cu): its
+// 256 threads' order of operations, played by this block's 32 * kw threads
+// (each warp plays warps w, w + kw, ... of the 256): thread v's float4s
+// v, v + 256, ... summed x, y, z, w by fmaf; each warp's sums by the same
+// xor shuffles; the 8 warps' sums added in order from 0. Called by every
+// thread; ends with the rows visible to the block. Inlined: the first
+// round's weight loads are in flight in registers across it (a call would
+// save them to the stack, i.e. wait for them).
+__device__ __forceinline__ void norm_prologue(const KArgs& a, __half* xs, int KP) {
+  constexpr int kNormThreads = 256;  // rmsnorm.cu's kThreads
+  __shared__ float part[kNormThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
+  const int K = a.K, n4 = K / 4;
+  const float4* w4 = reinterpret_cast<const float4*>(a.xin_w);
+  for (int m = 0; m < a.o.M; ++m) {
+    const float4* xr = reinterpret_cast<const float4*>(a.xin + size_t(m) * size_t(a.xin_ld));
+    for (int vw = warp; vw < kNormThreads / 32; vw += kw) {
+      float ss = 0.0f;
+      for (int i = vw * 32 + lane; i < n4; i += kNormThreads) {
+        const float4 v = xr[i];
+        ss = fmaf(v.x, v.x, ss);
+        ss = fmaf(v.y, v.y, ss);
+        ss = fmaf(v.z, v.z, ss);
+        ss = fmaf(v.w, v.w, ss);
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+      if (lane == 0) part[vw] = ss;
+    }
+    __syncthreads();
+    float t = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kNormThreads / 32; ++w) t += part[w];
+    const float scale = 1.0f / sqrtf(t / float(K) + a.xin_eps);
+    __half* yr = xs + m * KP;
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+      const float4 v = xr[i], wk = w4[i];
+      const __half2 lo = __floats2half2_rn(v.x * scale * wk.x, v.y * scale * wk.y);
+      const __half2 hi = __floats2half2_rn(v.z * scale * wk.z, v.w * scale * wk.w);
+      *reinterpret_cast<__half2*>(yr + 4 * i) = lo;
+      *reinterpret_cast<__half2*>(yr + 4 * i + 2) = hi;
+    }
+    for (int i = K + threadIdx.x; i < KP; i += blockDim.x) yr[i] = __float2half_rn(0.0f);
+    __syncthreads();  // part[] is reused by the next row; the last: xs complete
+  }
+}
+
 // acc[w][mt] += the products of one chunk: raw[w], the lane's undecoded
 // words of matrix w (W, or gate and up), against the B fragments xb.
 template <class T, int NM, int MT>
@@ -219,14 +289,16 @@ __device__ __noinline__ void tail_norm(const KArgs& a) {
 // grid = (tiles); block = 32 * kw threads, kw <= MaxW warps that split the
 // K chunks round-robin (warp w: chunks w, w + kw, ...).
 template <WFormat F,
-          int MT,    // m8 token tiles: 1 (M <= 8) or 2 (M <= 16)
-          int U,     // chunks a warp has in flight per round (loads issued before any use)
-          Epilogue EP>
+          int MT,        // m8 token tiles: 1 (M <= 8) or 2 (M <= 16)
+          int U,         // chunks a warp has in flight per round (loads issued before any use)
+          Epilogue EP,
+          bool kNormIn>  // the input is GemmArgs::norm_in_x's RMSNorm (MT == 1): gemv::norm_prologue
 __global__ void __launch_bounds__(gemv::kMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kernel(const KArgs a) {
   using T = WTraits<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int NM = kDual ? 2 : 1;  // weight matrices
   __shared__ float red[gemv::kMaxWarps][NM][MT * 8][gemv::kRedLd];
+  extern __shared__ __align__(16) __half xs[];  // kNormIn: [M][KC * 64]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -261,14 +333,20 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, MT == 1 ? 3 : 2) gemv_ke
     }
     // The first round's weight loads are in flight; the activations are the
     // previous kernel's output (kernels/pdl.h).
+    // Every warp has a first round (kw <= KC), so the prologue's barriers
+    // are reached by all of them.
     if (c0 == warp) {
       pdl_wait();
       pdl_launch_dependents();
+      if constexpr (kNormIn) gemv::norm_prologue(a, xs, a.KC * 64);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * kw;
-      gemv::load_x<MT>(xb[u], a, c, c < a.KC, g, t);
+      if constexpr (kNormIn)
+        gemv::load_x_smem<MT>(xb[u], xs, a.KC * 64, a.o.M, c, c < a.KC, g, t);
+      else
+        gemv::load_x<MT>(xb[u], a, c, c < a.KC, g, t);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -304,15 +382,16 @@ constexpr int gemv_unroll(int mt, bool dual) {
   return 56 / per < 1 ? 1 : 56 / per > 4 ? 4 : 56 / per;
 }
 
-template <WFormat F, int MT, Epilogue EP>
+template <WFormat F, int MT, Epilogue EP, bool kNormIn = false>
 cudaError_t launch_mt(const KArgs& a, cudaStream_t stream) {
   constexpr int U = gemv_unroll<F>(MT, EP == Epilogue::kSwiGLU);
   // Enough warps to cover K with U chunks each, at most kMaxWarps; the
   // registers allow 3 blocks of 8 warps per SM (85 registers) for M <= 8,
   // 2 for M <= 16 (the kernel's __launch_bounds__).
   const int kw = std::max(1, std::min(gemv::kMaxWarps, a.KC / U));
-  return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)), 0,
-                    stream, a);
+  const size_t smem = kNormIn ? size_t(a.o.M) * size_t(a.KC) * 64 * sizeof(__half) : 0;
+  return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP, kNormIn>, dim3(unsigned(a.tiles)),
+                    dim3(unsigned(kw * 32)), smem, stream, a);
 }
 
 }  // namespace
@@ -322,6 +401,11 @@ cudaError_t launch_gemv(const KArgs& a, WFormat f, Epilogue ep, cudaStream_t str
     constexpr WFormat F = decltype(fmt)::kFormat;
     return dispatch_epilogue(ep, [&](auto e) {
       constexpr Epilogue EP = decltype(e)::value;
+      // The input's RMSNorm in the prologue: the decode step's epilogues
+      // only (Q | K | V to fp32, gate | up to SwiGLU); gemm() checked M <= 8.
+      if constexpr (EP == Epilogue::kStoreF32 || EP == Epilogue::kSwiGLU)
+        if (a.xin) return launch_mt<F, 1, EP, true>(a, stream);
+      if (a.xin) return cudaErrorInvalidValue;
       return a.o.M <= 8 ? launch_mt<F, 1, EP>(a, stream) : launch_mt<F, 2, EP>(a, stream);
     });
   });

@@ -159,7 +159,23 @@ struct GemmArgs {
   __half* tail_norm_out = nullptr;
   float tail_norm_eps = 0.0f;
   int32_t* tail_norm_counter = nullptr;
+  // Optional, the GEMV only (gemm_norm_in_ok(M, K)), not with tail_norm_*:
+  // the input is not x (ignored, may be null) but the RMSNorm of the fp32
+  // rows norm_in_x ([M][K], row stride norm_in_ldx), half(norm_in_x[m][i] *
+  // scale_m * norm_in_w[i]), bit for bit what rmsnorm_f16 writes, formed
+  // by every block in its prologue while its first weight loads are in
+  // flight: the decode step's RMSNorms without launches of their own
+  // ($QSP_NORM_IN in the CUDA backend).
+  const float* norm_in_x = nullptr;
+  int32_t norm_in_ldx = 0;
+  const float* norm_in_w = nullptr;
+  float norm_in_eps = 0.0f;
 };
+
+// Whether the GEMV can form its input's RMSNorm (GemmArgs::norm_in_x) for
+// M rows of K: M <= 8, K % 4 == 0, K <= 8192 (rmsnorm_f16's register path),
+// M x K <= 16384 (the normed rows live in the block's shared memory as fp16).
+bool gemm_norm_in_ok(int32_t M, int32_t K);
 
 // Any M >= 1 (small M takes a GEMV path). Returns cudaErrorInvalidValue for
 // unsupported shapes.

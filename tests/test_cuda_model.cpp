@@ -318,6 +318,70 @@ TEST_CASE("cuda model: the RMSNorm formed by the residual GEMV (QSP_FUSE_NORM_TA
   }
 }
 
+// The decode path with the attention's and the FFN's RMSNorm formed in the
+// prologue of the GEMVs that read them (QSP_NORM_IN=1, read when a context
+// is created): the same bits as the rmsnorm launches, so the logits equal
+// the plain GPU context's exactly, through prompts the GEMV takes whole (up
+// to 8 tokens), past them (9, 17: nothing fused) and decode steps through
+// the graph; a context of 2 shards on one rank fuses nothing (its shards
+// add into x between their GEMMs) and still follows the CPU.
+TEST_CASE("cuda model: the RMSNorm formed in the GEMV's prologue (QSP_NORM_IN) equals the launches",
+          "[gpu][model][decode][fuse]") {
+  QSP_REQUIRE_GPU();
+  Poison poison;
+  for (int variant = 0; variant < 2; ++variant) {
+    const bool qwen = variant == 0;
+    TestModel m = qwen ? make_model(qwen3_shape(QSP_DTYPE_Q4_0, 93))
+                       : kquant_mix_model(llama_shape(QSP_DTYPE_Q4_K, 94), QSP_DTYPE_Q4_K, QSP_DTYPE_Q6_K);
+    const double tol = qwen ? 1e-2 : 2e-3;  // as the plain model tests of these types
+    qsp_context* cpu = m.create(QSP_BACKEND_CPU);
+    qsp_context* plain = m.create(QSP_BACKEND_CUDA);
+    qsp_context* fused = nullptr;
+    qsp_context* shards = nullptr;
+    {
+      ScopedEnv fuse("QSP_NORM_IN", "1");
+      fused = m.create(QSP_BACKEND_CUDA);
+      qsp_context_params p = m.params;
+      p.backend = QSP_BACKEND_CUDA;
+      p.n_devices = 2;
+      p.device_mask = 0x1;
+      REQUIRE(qsp_context_create(&p, &shards) == QSP_OK);
+      REQUIRE(m.upload(shards) == QSP_OK);
+    }
+    REQUIRE(cpu);
+    REQUIRE(plain);
+    REQUIRE(fused);
+    auto same = [](const Logits& a, const Logits& b) {
+      REQUIRE(a.v.size() == b.v.size());
+      size_t diff = 0;
+      for (size_t i = 0; i < a.v.size(); ++i) diff += a.v[i] != b.v[i];
+      CHECK(diff == 0);
+      CHECK(a.greedy == b.greedy);
+    };
+    Logits ref;
+    for (uint32_t n : {1u, 3u, 8u, 9u, 17u}) {
+      std::printf("  %s norm in prologue n=%u\n", qwen ? "qwen3 q4_0" : "llama q4_K_m-like", n);
+      const std::vector<int32_t> tokens = random_tokens(n, m.spec.vocab, 950 + n);
+      for (qsp_context* c : {cpu, plain, fused, shards}) REQUIRE(qsp_kv_clear(c) == QSP_OK);
+      ref = run(cpu, tokens, {n});
+      const Logits f = run(fused, tokens, {n});
+      check_close(f, ref, tol);
+      same(f, run(plain, tokens, {n}));
+      check_close(run(shards, tokens, {n}), ref, tol);
+    }
+    for (int step = 0; step < 6; ++step) {  // the decode graph, captured with the prologue GEMVs
+      const std::vector<int32_t> t{ref.greedy};
+      const Logits r = run(cpu, t, {1});
+      const Logits f = run(fused, t, {1});
+      check_close(f, r, tol);
+      same(f, run(plain, t, {1}));
+      check_close(run(shards, t, {1}), r, tol);
+      ref = r;
+    }
+    for (qsp_context* c : {cpu, plain, fused, shards}) qsp_context_destroy(c);
+  }
+}
+
 TEST_CASE("cuda model: decode steps through the CUDA graph follow the CPU", "[gpu][model][decode]") {
   QSP_REQUIRE_GPU();
   Poison poison;

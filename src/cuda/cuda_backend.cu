@@ -41,6 +41,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Partition& part, const st
               "the CUDA backend supports head_dim 64 and 128, not %u", cfg.head_dim);
   poison_ = env_flag("QSP_POISON");
   fuse_tail_ = env_flag("QSP_FUSE_NORM_TAIL");
+  norm_in_ = env_flag("QSP_NORM_IN");
   // QSP_GRAPHS=0: every chunk and batched pass eager (a diagnostic: what the
   // graphs save, or cost).
   if (const char* g = std::getenv("QSP_GRAPHS"); g && std::strcmp(g, "0") == 0) {

@@ -202,7 +202,29 @@ class CudaBackend final : public Backend {
   // $QSP_FUSE_NORM_TAIL (per context, an experiment): chunks of up to 16
   // tokens on one rank with one shard fold each RMSNorm into the residual
   // GEMV before it (kern::GemmArgs::tail_norm_out): 2 launches per layer fewer.
-  bool fuse_tail(int32_t n) const { return fuse_tail_ && n <= 16 && ranks_.size() == 1 && ranks_[0]->count == 1; }
+  bool fuse_tail(int32_t n) const {
+    return fuse_tail_ && !norm_in(n) && n <= 16 && ranks_.size() == 1 && ranks_[0]->count == 1;
+  }
+  // $QSP_NORM_IN (per context, an experiment; it wins over the tail norms):
+  // chunks the GEMV takes whole (kern::gemm_norm_in_ok: the decode step)
+  // on ranks of one shard each form the attention's and the FFN's input
+  // RMSNorm in the prologue of the GEMVs that read it (Q | K | V, gate |
+  // up; kern::GemmArgs::norm_in_x), from the residual stream directly: 2
+  // launches per layer fewer, the same bits as the rmsnorm launches. (A
+  // rank of several shards adds each shard's product into the residual
+  // before the next shard's GEMV would read it: not there.)
+  bool norm_in(int32_t n) const {
+    if (!norm_in_ || !kern::gemm_norm_in_ok(n, int32_t(cfg_.hidden))) return false;
+    for (const auto& r : ranks_)
+      if (r->count != 1) return false;
+    return true;
+  }
+  // The input of a GEMV that forms its RMSNorm (kern::GemmArgs::norm_in_*).
+  struct InNorm {
+    const float* x;  // [n][hidden] fp32, the residual stream
+    const float* w;
+    float eps;
+  };
   // The RMSNorm a residual GEMV forms when it is done (GemmArgs::tail_norm_*).
   struct TailNorm {
     const float* w;
@@ -221,13 +243,14 @@ class CudaBackend final : public Backend {
   void all_reduce(const Acts* acts, int32_t n);
   void local_all_reduce(const Acts* acts, int32_t n);
   void enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n, const Acts& a,
-                         const KvTarget& kv, const TailNorm* tail = nullptr);
+                         const KvTarget& kv, const TailNorm* tail = nullptr, const InNorm* in = nullptr);
   void lm_head(const ModelTensors& w, const Rank& r, const __half* xn, int32_t M, float* out, int32_t ldo);
   void poison_scratch(Rank& r, const PrefillChunk& c, bool capturing);
   // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
   static void gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
                    const kern::DWeight* w2, kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo,
-                   const kern::DWeight* cat = nullptr, const TailNorm* tail = nullptr);
+                   const kern::DWeight* cat = nullptr, const TailNorm* tail = nullptr,
+                   const InNorm* in = nullptr);
   std::vector<const void*> weight_ids(const ModelTensors& w) const;
 
   // ---- A batched pass (cuda_batch.cu) ----
@@ -242,6 +265,7 @@ class CudaBackend final : public Backend {
   uint32_t chunk_ = 0;
   int32_t qkv_ld_ = 0;
   bool fuse_tail_ = false;  // QSP_FUSE_NORM_TAIL: fuse_tail()
+  bool norm_in_ = false;    // QSP_NORM_IN: norm_in()
   bool poison_ = false;  // test aid: NaN-fill scratch, logits and the KV slots a chunk is about to write
   std::vector<std::unique_ptr<Rank>> ranks_;  // one per device
   std::vector<cudaStream_t> streams_;         // the ranks' streams and devices, in rank order (graph captures)

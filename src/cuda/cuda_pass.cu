@@ -151,32 +151,36 @@ void CudaBackend::enqueue_layers(const ModelTensors& w, int32_t n, const Acts* a
   // With the tail norms (fuse_tail: one rank, one shard) the O GEMV forms
   // the FFN's input norm and the down GEMV the next layer's (or, with
   // fuse_final, the output norm of the one token).
-  const bool tail = fuse_tail(n);
+  // With norm_in, the Q | K | V and gate | up GEMVs form their input's
+  // norm from the residual stream themselves: no rmsnorm launches.
+  const bool tail = fuse_tail(n), nin = norm_in(n);
   for (uint32_t l = 0; l < m.n_layers; ++l) {
     const LayerTensors& L = w.layers[l];
     for (size_t i = 0; i < ranks_.size(); ++i) {
       Rank& r = *ranks_[i];
       const Acts& a = acts[i];
       on_device(r);
-      if (!tail || l == 0)
+      if (!nin && (!tail || l == 0))
         QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kAttnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
       const TailNorm ffn_in = tail_norm(r, L[kFfnNorm], a.xn);
+      const InNorm attn_norm{a.x, V(L[kAttnNorm], r.first), m.rms_eps};
       for (uint32_t s = r.first; s < r.first + r.count; ++s)
-        enqueue_attention(L, l, r, s, n, a, kvs[i], tail ? &ffn_in : nullptr);
+        enqueue_attention(L, l, r, s, n, a, kvs[i], tail ? &ffn_in : nullptr, nin ? &attn_norm : nullptr);
     }
     all_reduce(acts, n);
     for (size_t i = 0; i < ranks_.size(); ++i) {
       Rank& r = *ranks_[i];
       const Acts& a = acts[i];
       on_device(r);
-      if (!tail)
+      if (!tail && !nin)
         QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kFfnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
+      const InNorm ffn_norm{a.x, V(L[kFfnNorm], r.first), m.rms_eps};
       const bool last = l + 1 == m.n_layers;
       const TailNorm next = tail_norm(r, last ? w[kOutputNorm] : w.layers[l + 1][kAttnNorm], a.xn);
       const TailNorm* down_tail = tail && (!last || fuse_final) ? &next : nullptr;
       for (uint32_t s = r.first; s < r.first + r.count; ++s) {
         gemm(r.stream, a.xn, H, n, W(L[kWGate], s), &W(L[kWUp], s), kern::Epilogue::kSwiGLU, a.act, nullptr,
-             sh_ffn_);
+             sh_ffn_, nullptr, nullptr, nin ? &ffn_norm : nullptr);
         gemm(r.stream, a.act, sh_ffn_, n, W(L[kWDown], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H, nullptr,
              down_tail);
       }
@@ -237,7 +241,7 @@ void CudaBackend::local_all_reduce(const Acts* acts, int32_t n) {
 // QK-norm + RoPE with its KV-cache write, attention, and its columns of wo
 // into a.x (sum_epilogue).
 void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n,
-                                    const Acts& a, const KvTarget& kv, const TailNorm* tail) {
+                                    const Acts& a, const KvTarget& kv, const TailNorm* tail, const InNorm* in) {
   const ModelConfig& m = cfg_;
   const int32_t H = int32_t(m.hidden), Q = sh_q_, KV = sh_kv_;
   const cudaStream_t stream = r.stream;
@@ -297,7 +301,7 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
     kern::DWeight cat[2];
     for (int k = i + 1; k < j; ++k) cat[k - i - 1] = *parts[k];
     gemm(stream, a.xn, H, n, *parts[i], nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + col[i], qkv_ld_,
-         j > i + 1 ? cat : nullptr);
+         j > i + 1 ? cat : nullptr, nullptr, in);
     i = j;
   }
   QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
@@ -330,7 +334,7 @@ void CudaBackend::poison_scratch(Rank& r, const PrefillChunk& c, bool capturing)
 // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
 void CudaBackend::gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
                        const kern::DWeight* w2, kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo,
-                       const kern::DWeight* cat, const TailNorm* tail) {
+                       const kern::DWeight* cat, const TailNorm* tail, const InNorm* in) {
   kern::GemmArgs g;
   g.x = x;
   g.ldx = ldx;
@@ -343,6 +347,12 @@ void CudaBackend::gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_
     g.tail_norm_out = tail->out;
     g.tail_norm_eps = tail->eps;
     g.tail_norm_counter = tail->counter;
+  }
+  if (in) {
+    g.norm_in_x = in->x;
+    g.norm_in_ldx = ldx;
+    g.norm_in_w = in->w;
+    g.norm_in_eps = in->eps;
   }
   g.ep = ep;
   g.out_h = out_h;

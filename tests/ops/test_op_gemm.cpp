@@ -206,6 +206,134 @@ TEST_CASE("op gemm: the RMSNorm formed by a residual GEMV's last block", "[gpu][
   CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
 }
 
+// GemmArgs::norm_in_*: the GEMV forms its input's RMSNorm in its prologue
+// (the decode step's QSP_NORM_IN). Its outputs must equal rmsnorm_f16 into
+// x, then the same GEMV, bit for bit: each format family, Q | K | V as a
+// row group (fp32 out) and gate | up (SwiGLU), M up to 8 and K from 256 to
+// 8192 where M x K fits 16384, a residual of realistic scale with a strided
+// row and a K that is not a multiple of 64 (Q4_0: 1056); refused where it
+// does not apply.
+TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEMV", "[gpu][gemm][gemv][fuse]") {
+  QSP_REQUIRE_GPU();
+  uint64_t seed = 5400;
+  struct Case {
+    int32_t dt;
+    int64_t K;
+    std::vector<int> Ms;
+  };
+  const std::vector<Case> cases = {
+      {QSP_DTYPE_Q4_0, 1024, {1, 3, 8}}, {QSP_DTYPE_Q4_0, 4096, {1, 4}}, {QSP_DTYPE_Q4_0, 1056, {1, 5}},
+      {QSP_DTYPE_Q8_0, 4096, {1, 2}},    {QSP_DTYPE_Q4_K, 4096, {1}},    {QSP_DTYPE_Q4_K, 2048, {1, 8}},
+      {QSP_DTYPE_Q6_K, 1024, {1, 7}},    {QSP_DTYPE_Q2_K, 8192, {1, 2}}, {QSP_DTYPE_Q5_0, 256, {1, 8}},
+      {QSP_DTYPE_F16, 1024, {1, 3}},
+  };
+  for (const Case& c : cases) {
+    const int64_t K = c.K, N = 96;  // Q | K | V: 64 + 16 + 16 rows; gate | up: 96 each
+    OpWeight wq(c.dt, 64, K, seed++), wk(c.dt, 16, K, seed++), wv(c.dt, 16, K, seed++);
+    OpWeight gate(c.dt, N, K, seed++), up(c.dt, N, K, seed++);
+    Rng rng(seed++);
+    std::vector<float> nw(static_cast<size_t>(K));
+    for (float& v : nw) v = 1.0f + 0.3f * rng.normal();
+    DevBuf dnw(nw.size() * 4);
+    dnw.upload(nw);
+    for (int M : c.Ms) {
+      REQUIRE(qsp::kern::gemm_norm_in_ok(M, int32_t(K)));
+      const int64_t ld = K + 4;  // a strided residual
+      std::vector<float> resid(size_t(M) * size_t(ld), 1e30f);
+      for (int m = 0; m < M; ++m)
+        for (int64_t i = 0; i < K; ++i) resid[size_t(m) * ld + i] = 3.0f * rng.normal();
+      DevBuf dres(resid.size() * 4), xn(size_t(M) * size_t(K) * 2);
+      dres.upload(resid);
+      CUDA_REQUIRE(qsp::kern::rmsnorm_f16(dres.as<float>(), int32_t(ld), dnw.as<float>(), xn.as<__half>(), M,
+                                          int32_t(K), 1e-6f, nullptr));
+      for (const bool swiglu : {false, true}) {
+        DevBuf o1(size_t(M) * N * 4), o2(size_t(M) * N * 4);
+        o1.poison();
+        o2.poison();
+        GemmArgs g;
+        g.x = xn.as<__half>();
+        g.ldx = int32_t(K);
+        g.M = M;
+        if (swiglu) {
+          g.w = gate.dw;
+          g.w2 = up.dw;
+          g.ep = Epilogue::kSwiGLU;
+          g.out_h = o1.as<__half>();
+        } else {
+          g.w = wq.dw;
+          if (c.dt != QSP_DTYPE_F16) {  // fp16 weights are row-major: no row groups (Q alone then)
+            g.wcat[0] = wk.dw;
+            g.wcat[1] = wv.dw;
+          }
+          g.ep = Epilogue::kStoreF32;
+          g.out_f = o1.as<float>();
+        }
+        g.ldo = int32_t(N);
+        CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
+        g.x = nullptr;
+        g.ldx = 0;
+        g.norm_in_x = dres.as<float>();
+        g.norm_in_ldx = int32_t(ld);
+        g.norm_in_w = dnw.as<float>();
+        g.norm_in_eps = 1e-6f;
+        if (swiglu)
+          g.out_h = o2.as<__half>();
+        else
+          g.out_f = o2.as<float>();
+        CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
+        CUDA_REQUIRE(cudaDeviceSynchronize());
+        const size_t n = size_t(M) * N * (swiglu ? 2 : 4);
+        const std::vector<uint8_t> b1 = o1.download<uint8_t>(), b2 = o2.download<uint8_t>();
+        size_t diff = 0;
+        for (size_t i = 0; i < n; ++i) diff += b1[i] != b2[i];
+        INFO(qsp_dtype_name(c.dt) << " K=" << K << " M=" << M << (swiglu ? " gate|up" : " q|k|v"));
+        CHECK(diff == 0);
+      }
+    }
+  }
+  // Where it does not apply: M > 8, M x K > 16384, K % 4, the mma / wgmma
+  // paths, with a tail norm, no norm weights, a misaligned row stride.
+  CHECK_FALSE(qsp::kern::gemm_norm_in_ok(9, 256));
+  CHECK_FALSE(qsp::kern::gemm_norm_in_ok(5, 4096));
+  CHECK_FALSE(qsp::kern::gemm_norm_in_ok(1, 16384));
+  CHECK_FALSE(qsp::kern::gemm_norm_in_ok(1, 1022));
+  OpWeight w(QSP_DTYPE_Q4_0, 64, 256, 1);
+  DevBuf res(size_t(16) * 256 * 4), out(size_t(16) * 64 * 4), nw(256 * 4), cnt(4);
+  GemmArgs g;
+  g.M = 9;
+  g.w = w.dw;
+  g.ep = Epilogue::kStoreF32;
+  g.out_f = out.as<float>();
+  g.ldo = 64;
+  g.norm_in_x = res.as<float>();
+  g.norm_in_ldx = 256;
+  g.norm_in_w = nw.as<float>();
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  g.M = 2;
+  g.path = kMma;
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  g.path = kAuto;
+  g.norm_in_ldx = 258;
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  g.norm_in_ldx = 256;
+  g.norm_in_w = nullptr;
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  g.norm_in_w = nw.as<float>();
+  g.ep = Epilogue::kAddF32;
+  g.tail_norm_w = nw.as<float>();
+  g.tail_norm_out = reinterpret_cast<__half*>(out.as<float>());
+  g.tail_norm_counter = cnt.as<int32_t>();
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  g.tail_norm_w = nullptr;
+  g.tail_norm_out = nullptr;
+  g.tail_norm_counter = nullptr;
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);  // kAddF32: not a prologue epilogue
+  g.ep = Epilogue::kStoreF32;
+  CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));  // and the valid form runs
+  CUDA_REQUIRE(cudaGetLastError());
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+}
+
 // Small enough for compute-sanitizer's racecheck: the GEMV (M <= 8 and
 // <= 16), mma.sync (cluster split-K where the plan takes it) and wgmma
 // (every token tile, K split), every epilogue, Q4_0 / Q8_0 / F16.
