@@ -44,7 +44,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/attention_internal.cuh"
 #include "kernels/attention_wgmma.h"
@@ -97,19 +96,6 @@ ConfigInfo config_info(Config c) {
 }
 
 
-// $QSP_ATTN_SPLITS=N (2 .. 8; read once per process; unset = 1): an
-// experiment, N times the split-KV target and 1 / N the keys per split,
-// for decode steps on a long cache (one warp per block in kSmall: 256
-// blocks of 64+ keys keep ~2 warps' loads in flight per SM).
-int split_boost() {
-  static const int n = [] {
-    const char* v = std::getenv("QSP_ATTN_SPLITS");
-    const int x = v ? std::atoi(v) : 1;
-    return x >= 2 && x <= 8 ? x : 1;
-  }();
-  return n;
-}
-
 int largest_divisor_at_most(int n, int cap) {
   for (int d = std::min(n, cap); d > 1; --d)
     if (n % d == 0) return d;
@@ -129,12 +115,11 @@ Plan make_plan(int M, int n_heads, int n_kv_heads, int head_dim, int max_seq, in
   pl.m_blocks = (M + pl.tokens - 1) / pl.tokens;
   pl.head_blocks = n_kv_heads * (group / pl.gp);
   const int64_t blocks = int64_t(pl.m_blocks) * pl.head_blocks;
-  const int boost = pl.cfg == kSmall ? split_boost() : 1;
-  const int64_t target = int64_t(n_sms) * ci.ctas_per_sm * boost;
+  const int64_t target = int64_t(n_sms) * ci.ctas_per_sm;
   if (blocks * 5 >= target * 4) return pl;  // >= 80% of a full wave: no split
   int64_t s = (target + blocks - 1) / blocks;
   s = std::min<int64_t>(s, kMaxSplits);
-  s = std::min<int64_t>(s, std::max(1, max_seq * boost / kMinKeysPerSplit));
+  s = std::min<int64_t>(s, std::max(1, max_seq / kMinKeysPerSplit));
   s = std::min<int64_t>(s, kMaxPartialRows / (int64_t(M) * n_heads));
   const size_t per_split = size_t(M) * n_heads * (size_t(head_dim) + 1) * sizeof(float);
   s = std::min<int64_t>(s, int64_t(scratch_bytes / per_split));

@@ -257,17 +257,14 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (half_out ? g.out_h == nullptr : g.out_f == nullptr) return cudaErrorInvalidValue;
-  if (norm_in && (!gemm_norm_in_ok(g.M, int32_t(K)) || (g.ep != Epilogue::kStoreF32 && !dual) || g.path == GemmPath::kMma || g.path == GemmPath::kWgmma ||
-                  !g.norm_in_w || g.norm_in_ldx < K || g.norm_in_ldx % 4 != 0 || g.tail_norm_out ||
-                  reinterpret_cast<uintptr_t>(g.norm_in_x) % 16 != 0 ||
+  // The GEMV forming its input's norm: Q | K | V (fp32 out) and gate | up
+  // only, float4 rows (rmsnorm_f16's vector path, whose bits it repeats).
+  if (norm_in && (!gemm_norm_in_ok(g.M, int32_t(K)) || (g.ep != Epilogue::kStoreF32 && !dual) ||
+                  g.path == GemmPath::kMma || g.path == GemmPath::kWgmma || !g.norm_in_w || g.norm_in_ldx < K ||
+                  g.norm_in_ldx % 4 != 0 || reinterpret_cast<uintptr_t>(g.norm_in_x) % 16 != 0 ||
                   reinterpret_cast<uintptr_t>(g.norm_in_w) % 16 != 0 || !(g.norm_in_eps >= 0.0f))) {
     return cudaErrorInvalidValue;
   }
-  if (g.tail_norm_out && (g.ep != Epilogue::kAddF32 || g.M > 16 || !g.tail_norm_w || !g.tail_norm_counter ||
-                          !(g.tail_norm_eps >= 0.0f))) {
-    return cudaErrorInvalidValue;
-  }
-
   KArgs a;
   a.x = g.x;
   a.ldx = g.ldx;
@@ -295,10 +292,6 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     case WgmmaWeights::kPerTile: a.tma_w = 0; break;
     default: return cudaErrorInvalidValue;
   }
-  a.nw = g.tail_norm_w;
-  a.nout = g.tail_norm_out;
-  a.eps = g.tail_norm_eps;
-  a.counter = g.tail_norm_counter;
   a.xin = g.norm_in_x;
   a.xin_ld = g.norm_in_ldx;
   a.xin_w = g.norm_in_w;

@@ -29,13 +29,6 @@ struct KArgs {
   int32_t chunks_per_split;  // mma kernel: K chunks per cluster rank
   OutArgs o;
   int32_t tma_w;             // the wgmma kernel's weights by tensor-map copies: wgmma::Args::tma_w
-  // GemmArgs::tail_norm_*: after a kAddF32 GEMV, the last block to finish
-  // writes half(rmsnorm(out rows) * nw) to nout ([M][N]); counter: a zeroed
-  // device int it counts blocks in and leaves zeroed. nout == nullptr: none.
-  const float* nw;
-  __half* nout;
-  float eps;
-  int32_t* counter;
   // GemmArgs::norm_in_*: the GEMV's input formed from these (xin != nullptr).
   const float* xin;
   int32_t xin_ld;

@@ -245,45 +245,6 @@ __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], c
   }
 }
 
-// The RMSNorm after a residual GEMV (KArgs::nout; $QSP_FUSE_NORM_TAIL in the
-// CUDA backend), done by the block that finishes last, so the decode step
-// launches no rmsnorm of its own: each block publishes its stores
-// (__threadfence) and counts itself in; the last one reads the whole rows
-// back through L2 (ld.global.cg: other SMs wrote them), forms
-// rmsnorm_f16's values in its order of operations, and zeroes the counter
-// for the next launch (a graph replays the same one).
-__device__ __noinline__ void tail_norm(const KArgs& a) {
-  __shared__ int last;
-  __shared__ float part[kMaxWarps];
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1) == int(gridDim.x) - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
-  const int N = a.o.N;
-  for (int m = 0; m < a.o.M; ++m) {
-    const float* xr = a.o.out_f + size_t(m) * size_t(a.o.ldo);
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < N; i += blockDim.x) {
-      const float v = __ldcg(xr + i);
-      ss = fmaf(v, v, ss);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if (lane == 0) part[warp] = ss;
-    __syncthreads();
-    float t = 0.0f;
-    for (int w = 0; w < kw; ++w) t += part[w];
-    const float scale = 1.0f / sqrtf(t / float(N) + a.eps);
-    __half* yr = a.nout + size_t(m) * size_t(N);
-    for (int i = threadIdx.x; i < N; i += blockDim.x) yr[i] = __float2half_rn(__ldcg(xr + i) * scale * a.nw[i]);
-    __syncthreads();  // part[] is reused by the next row
-  }
-  if (threadIdx.x == 0) *a.counter = 0;
-}
-
 }  // namespace gemv
 
 // grid = (tiles); block = 32 * kw threads, kw <= MaxW warps that split the
@@ -357,9 +318,6 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, MT == 1 ? 3 : 2) gemv_ke
 
   pdl_wait();  // a warp with no chunk (kw <= KC / U: none today) still waits before the epilogue
   gemv::reduce_store<EP, NM, MT>(red, acc, a, tile);
-  if constexpr (EP == Epilogue::kAddF32) {
-    if (a.nout) gemv::tail_norm(a);
-  }
 }
 
 // Registers counted per chunk of each of the two matrices of the SwiGLU
@@ -390,7 +348,10 @@ cudaError_t launch_mt(const KArgs& a, cudaStream_t stream) {
   // 2 for M <= 16 (the kernel's __launch_bounds__).
   const int kw = std::max(1, std::min(gemv::kMaxWarps, a.KC / U));
   const size_t smem = kNormIn ? size_t(a.o.M) * size_t(a.KC) * 64 * sizeof(__half) : 0;
-  return launch_pdl(PdlKernel::kGemv, gemv_kernel<F, MT, U, EP, kNormIn>, dim3(unsigned(a.tiles)),
+  // The weights it streams decide its PDL family (kernels/pdl.h).
+  const size_t bytes = dweight_bytes(F, int64_t(a.tiles) * 16, a.K) * (EP == Epilogue::kSwiGLU ? 2 : 1);
+  const PdlKernel family = bytes <= kPdlGemvSmallBytes ? PdlKernel::kGemv : PdlKernel::kGemvLarge;
+  return launch_pdl(family, gemv_kernel<F, MT, U, EP, kNormIn>, dim3(unsigned(a.tiles)),
                     dim3(unsigned(kw * 32)), smem, stream, a);
 }
 

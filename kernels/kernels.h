@@ -148,18 +148,7 @@ struct GemmArgs {
   // (WgmmaWeights); the plan model's rates follow it. No effect on the other
   // kernels.
   WgmmaWeights wgmma_weights = WgmmaWeights::kAuto;
-  // Optional, kAddF32 with M <= 16 only (the GEMV): after the residual add,
-  // tail_norm_out[m][i] = half(out_f[m][i] * tail_norm_w[i] /
-  // sqrt(mean_i(out_f[m][i]^2) + tail_norm_eps)) for the M rows, i < N, as
-  // rmsnorm_f16 would give (up to the order of the sum): the next RMSNorm
-  // without a launch of its own. tail_norm_counter: a device int, zero
-  // before the call and left zero after it (one per stream: calls on one
-  // stream may share it).
-  const float* tail_norm_w = nullptr;
-  __half* tail_norm_out = nullptr;
-  float tail_norm_eps = 0.0f;
-  int32_t* tail_norm_counter = nullptr;
-  // Optional, the GEMV only (gemm_norm_in_ok(M, K)), not with tail_norm_*:
+  // Optional, the GEMV only (gemm_norm_in_ok(M, K)):
   // the input is not x (ignored, may be null) but the RMSNorm of the fp32
   // rows norm_in_x ([M][K], row stride norm_in_ldx), half(norm_in_x[m][i] *
   // scale_m * norm_in_w[i]), bit for bit what rmsnorm_f16 writes, formed

@@ -23,28 +23,23 @@
 //
 // Both device calls are no-ops in a grid launched without the attribute, and
 // compile to nothing before sm_90. The host side launches with the attribute
-// only where QSP_PDL=1 is set in the environment (read once; or a list of
-// kernel families, PdlKernel below), on sm_90+:
-// OFF BY DEFAULT. On the H200 (2026-12-04, bench/RESULTS.md) it took the
-// 0.6B decode step from 0.806 to 0.710 ms but made 0.6B 128-token prompts
-// 8% slower and the 8B step 2% slower, and every K-quant whole-model test
-// returned NaN logits with it (the Q4_0 / Q8_0 / legacy ones and every op
-// test passed; with QSP_PDL=0 the same build passed the K-quant tests).
-// Suspected: activations read with ld.global.nc (ldg32; `const __restrict__`
-// pointers compile to it too). A non-coherent load promises data read-only
-// for the grid's whole life, so it may be scheduled, or served from cache,
-// ahead of griddepcontrol.wait; under PDL the previous grid is still writing
-// it then. The failures fit: every K-quant model test has K-quant
-// projections, which the one-token prefill runs through the factored GEMV
-// (a different schedule from the legacy formats' fragment path), and the
-// legacy mixes passed with K-quant-free layers. Since 2026-12-05 (not yet
-// run on a GPU) everything a previous kernel wrote is read with coherent
-// loads: the GEMV's activations through ldg32_dep (kernels/ptx.cuh), and
-// no `__restrict__` on the pointers of rmsnorm, attention_combine, argmax
-// and add (with it the compiler proves them read-only and emits
-// ld.global.nc); the PTX of every kernel of a pass now has ld.global.nc for
-// weights and host-copied metadata only. `scripts/gpu-session pdl` checks
-// whether the K-quant NaNs are gone.
+// on sm_90+ where pdl_enabled() says so: by default in decode-sized passes
+// for the families kPdlDecodeMask names (below), or as QSP_PDL says.
+// History. On the H200 (2026-12-04, bench/RESULTS.md), with every family on,
+// it took the 0.6B decode step from 0.806 to 0.710 ms but made 0.6B
+// 128-token prompts 8% slower and the 8B step 2% slower, and every K-quant
+// whole-model test returned NaN logits with it. The cause: activations read
+// with ld.global.nc (ldg32; `const __restrict__` pointers compile to it
+// too). A non-coherent load promises data read-only for the grid's whole
+// life, so it may be scheduled, or served from cache, ahead of
+// griddepcontrol.wait; under PDL the previous grid is still writing it
+// then. Since 2026-12-05 everything a previous kernel wrote is read with
+// coherent loads: the GEMV's activations through ldg32_dep
+// (kernels/ptx.cuh), and no `__restrict__` on the pointers of rmsnorm,
+// attention_combine, argmax and add; the PTX of every kernel of a pass has
+// ld.global.nc for weights and host-copied metadata only. With that, the
+// K-quant model test passed on an H100 with QSP_PDL set to each family in
+// turn and to all of them (`scripts/gpu-session pdl`, 2026-12-05).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -72,35 +67,76 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 
 // The launchers, for QSP_PDL's list (one family at a time: which kernel a
 // failure with PDL needs).
+// kGemv is a GEMV that streams at most kPdlGemvSmallBytes of weights,
+// kGemvLarge one that streams more (the default treats them differently).
 enum class PdlKernel {
-  kGemv, kGemm, kWgmma, kRmsnorm, kQkRope, kAttention, kAttnWgmma, kCombine, kEmbed, kArgmax, kCopy
+  kGemv, kGemm, kWgmma, kRmsnorm, kQkRope, kAttention, kAttnWgmma, kCombine, kEmbed, kArgmax, kCopy, kGemvLarge
 };
 inline const char* pdl_name(PdlKernel k) {
-  static const char* const names[] = {"gemv",      "gemm",       "wgmma",   "rmsnorm", "qk_rope", "attention",
-                                      "attn_wgmma", "combine",   "embed",   "argmax",  "copy"};
+  static const char* const names[] = {"gemv",       "gemm",    "wgmma", "rmsnorm", "qk_rope", "attention",
+                                      "attn_wgmma", "combine", "embed", "argmax",  "copy",    "gemv_large"};
   return names[int(k)];
 }
+constexpr int kPdlFamilies = int(PdlKernel::kGemvLarge) + 1;
+constexpr size_t kPdlGemvSmallBytes = size_t(8) << 20;
+
+// THE DEFAULT (QSP_PDL unset), since 2026-12-05: PDL in the passes of up
+// to 16 tokens (the decode step: PdlPass) for every family but the GEMMs
+// and the GEMVs that stream more than 8 MB. Measured on an H100
+// (bench/RESULTS.md, fifteenth session), decode step against no PDL: the
+// small kernels' PDL -1.2% (8B Q4_0), -1.7 / -4.9% (8B Q4_K_M, 1 / 2048
+// cached), -5% (0.6B); the GEMV's PDL -11% on the 0.6B (1-7 MB per GEMV)
+// but +2.4% on the 8B (9-57 MB), hence the size cut (no GEMV lies between
+// 7 and 9 MB in those models: the cut itself is not measured).
+constexpr unsigned kPdlDecodeMask = ~0u & ~(1u << int(PdlKernel::kGemm)) & ~(1u << int(PdlKernel::kWgmma)) &
+                                    ~(1u << int(PdlKernel::kGemvLarge));
+
+// The families a launch on this thread may give PDL when QSP_PDL is unset:
+// kPdlDecodeMask inside a PdlPass of a decode-sized pass, else none.
+inline unsigned& pdl_pass_mask() {
+  static thread_local unsigned mask = 0;
+  return mask;
+}
+// For the launches of one forward pass on this thread (graph captures
+// included): the default PDL of a pass of `tokens` tokens.
+class PdlPass {
+ public:
+  explicit PdlPass(int64_t tokens) : saved_(pdl_pass_mask()) {
+    pdl_pass_mask() = tokens >= 1 && tokens <= 16 ? kPdlDecodeMask : 0u;
+  }
+  ~PdlPass() { pdl_pass_mask() = saved_; }
+  PdlPass(const PdlPass&) = delete;
+  PdlPass& operator=(const PdlPass&) = delete;
+
+ private:
+  unsigned saved_;
+};
 
 // Whether a launch of family k on `stream` on the current device uses PDL:
-// QSP_PDL=1 (or "all"; or a comma list of family names, e.g. "gemv,rmsnorm"),
-// compute capability >= 9, and a stream of qsp's own (the backends launch on
+// the family in QSP_PDL's set where the variable is set (0: none; 1 or
+// "all": every launch of every pass; or a comma list of family names, e.g.
+// "gemv,rmsnorm", in every pass), else in the default's (PdlPass); compute
+// capability >= 9; and a stream of qsp's own (the backends launch on
 // theirs; a test's launch on the legacy default stream, with its implicit
 // synchronization, stays a plain launch).
 inline bool pdl_enabled(cudaStream_t stream, PdlKernel k) {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return false;
-  static const unsigned mask = [] {
+  // The variable's set; -1 where it is unset (the default).
+  static const long long env_mask = [] {
     const char* v = std::getenv("QSP_PDL");
-    if (!v || !*v || std::strcmp(v, "0") == 0) return 0u;
-    if (std::strcmp(v, "1") == 0 || std::strcmp(v, "all") == 0) return ~0u;
+    if (!v) return -1LL;
+    if (!*v || std::strcmp(v, "0") == 0) return 0LL;
+    if (std::strcmp(v, "1") == 0 || std::strcmp(v, "all") == 0) return (long long)(~0u);
     unsigned m = 0;
-    for (int i = 0; i <= int(PdlKernel::kCopy); ++i) {
+    for (int i = 0; i < kPdlFamilies; ++i) {
       const char* name = pdl_name(PdlKernel(i));
       const size_t n = std::strlen(name);
       for (const char* at = std::strstr(v, name); at; at = std::strstr(at + 1, name))
         if ((at == v || at[-1] == ',') && (at[n] == ',' || at[n] == 0)) m |= 1u << i;
     }
-    return m;
+    return (long long)m;
   }();
+  const unsigned mask = env_mask < 0 ? pdl_pass_mask() : unsigned(env_mask);
   if (!(mask >> int(k) & 1u)) return false;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) {

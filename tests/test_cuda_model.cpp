@@ -264,68 +264,14 @@ TEST_CASE("cuda model: decode steps of a Q2_K / Q3_K / legacy mix follow the CPU
   qsp_context_destroy(gpu);
 }
 
-// The decode path with each RMSNorm formed by the residual GEMV before it
-// (QSP_FUSE_NORM_TAIL=1, read when a context is created; its last block
-// does the norm): prompts of up to 16 tokens and decode steps through the
-// graph follow the CPU and stay within rounding of the unfused GPU context;
-// at 17 tokens nothing is fused; a context of 2 shards in turn fuses
-// nothing (its shards add into x between their GEMMs).
-TEST_CASE("cuda model: the RMSNorm formed by the residual GEMV (QSP_FUSE_NORM_TAIL) follows the CPU",
-          "[gpu][model][decode][fuse]") {
-  QSP_REQUIRE_GPU();
-  Poison poison;
-  for (int variant = 0; variant < 2; ++variant) {
-    const bool qwen = variant == 0;
-    TestModel m = qwen ? make_model(qwen3_shape(QSP_DTYPE_Q4_0, 91))
-                       : kquant_mix_model(llama_shape(QSP_DTYPE_Q4_K, 92), QSP_DTYPE_Q4_K, QSP_DTYPE_Q6_K);
-    const double tol = qwen ? 1e-2 : 2e-3;  // as the plain model tests of these types
-    qsp_context* cpu = m.create(QSP_BACKEND_CPU);
-    qsp_context* plain = m.create(QSP_BACKEND_CUDA);
-    qsp_context* fused = nullptr;
-    qsp_context* shards = nullptr;
-    {
-      ScopedEnv fuse("QSP_FUSE_NORM_TAIL", "1");
-      fused = m.create(QSP_BACKEND_CUDA);
-      qsp_context_params p = m.params;
-      p.backend = QSP_BACKEND_CUDA;
-      p.n_devices = 2;
-      p.device_mask = 0x1;
-      REQUIRE(qsp_context_create(&p, &shards) == QSP_OK);
-      REQUIRE(m.upload(shards) == QSP_OK);
-    }
-    REQUIRE(cpu);
-    REQUIRE(plain);
-    REQUIRE(fused);
-    Logits ref;
-    for (uint32_t n : {1u, 3u, 16u, 17u}) {
-      std::printf("  %s tail norm n=%u\n", qwen ? "qwen3 q4_0" : "llama q4_K_m-like", n);
-      const std::vector<int32_t> tokens = random_tokens(n, m.spec.vocab, 900 + n);
-      for (qsp_context* c : {cpu, plain, fused, shards}) REQUIRE(qsp_kv_clear(c) == QSP_OK);
-      ref = run(cpu, tokens, {n});
-      const Logits f = run(fused, tokens, {n}), p = run(plain, tokens, {n});
-      check_close(f, ref, tol);
-      CHECK(rel_l2(f.v.data(), p.v.data(), p.v.size()) <= 2e-3);
-      check_close(run(shards, tokens, {n}), ref, tol);
-    }
-    for (int step = 0; step < 6; ++step) {  // the decode graph, captured with the fused GEMVs
-      const std::vector<int32_t> t{ref.greedy};
-      const Logits r = run(cpu, t, {1});
-      check_close(run(fused, t, {1}), r, tol);
-      check_close(run(shards, t, {1}), r, tol);
-      ref = r;
-    }
-    for (qsp_context* c : {cpu, plain, fused, shards}) qsp_context_destroy(c);
-  }
-}
-
 // The decode path with the attention's and the FFN's RMSNorm formed in the
-// prologue of the GEMVs that read them (QSP_NORM_IN=1, read when a context
-// is created): the same bits as the rmsnorm launches, so the logits equal
-// the plain GPU context's exactly, through prompts the GEMV takes whole (up
+// prologue of the GEMVs that read them (the default; QSP_NORM_IN=0, read
+// when a context is created, launches rmsnorm instead): the same bits as
+// the rmsnorm launches, so the logits equal the unfused GPU context's exactly, through prompts the GEMV takes whole (up
 // to 8 tokens), past them (9, 17: nothing fused) and decode steps through
 // the graph; a context of 2 shards on one rank fuses nothing (its shards
 // add into x between their GEMMs) and still follows the CPU.
-TEST_CASE("cuda model: the RMSNorm formed in the GEMV's prologue (QSP_NORM_IN) equals the launches",
+TEST_CASE("cuda model: the RMSNorm formed in the GEMV's prologue equals the rmsnorm launches",
           "[gpu][model][decode][fuse]") {
   QSP_REQUIRE_GPU();
   Poison poison;
@@ -335,22 +281,23 @@ TEST_CASE("cuda model: the RMSNorm formed in the GEMV's prologue (QSP_NORM_IN) e
                        : kquant_mix_model(llama_shape(QSP_DTYPE_Q4_K, 94), QSP_DTYPE_Q4_K, QSP_DTYPE_Q6_K);
     const double tol = qwen ? 1e-2 : 2e-3;  // as the plain model tests of these types
     qsp_context* cpu = m.create(QSP_BACKEND_CPU);
-    qsp_context* plain = m.create(QSP_BACKEND_CUDA);
-    qsp_context* fused = nullptr;
+    qsp_context* fused = m.create(QSP_BACKEND_CUDA);
+    qsp_context* plain = nullptr;
     qsp_context* shards = nullptr;
     {
-      ScopedEnv fuse("QSP_NORM_IN", "1");
-      fused = m.create(QSP_BACKEND_CUDA);
       qsp_context_params p = m.params;
       p.backend = QSP_BACKEND_CUDA;
       p.n_devices = 2;
       p.device_mask = 0x1;
       REQUIRE(qsp_context_create(&p, &shards) == QSP_OK);
       REQUIRE(m.upload(shards) == QSP_OK);
+      ScopedEnv off("QSP_NORM_IN", "0");
+      plain = m.create(QSP_BACKEND_CUDA);
     }
     REQUIRE(cpu);
     REQUIRE(plain);
     REQUIRE(fused);
+    REQUIRE(shards);
     auto same = [](const Logits& a, const Logits& b) {
       REQUIRE(a.v.size() == b.v.size());
       size_t diff = 0;

@@ -40,8 +40,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Partition& part, const st
   QSP_FAIL_IF(!kern::attention_supported(int32_t(cfg.head_dim)), QSP_ERR_UNSUPPORTED,
               "the CUDA backend supports head_dim 64 and 128, not %u", cfg.head_dim);
   poison_ = env_flag("QSP_POISON");
-  fuse_tail_ = env_flag("QSP_FUSE_NORM_TAIL");
-  norm_in_ = env_flag("QSP_NORM_IN");
+  norm_in_ = env_on("QSP_NORM_IN");
   // QSP_GRAPHS=0: every chunk and batched pass eager (a diagnostic: what the
   // graphs save, or cost).
   if (const char* g = std::getenv("QSP_GRAPHS"); g && std::strcmp(g, "0") == 0) {
@@ -213,9 +212,8 @@ void CudaBackend::init_rank(Rank& r) {
   r.att.alloc(C * Q * sizeof(__half), "attention output");
   r.act.alloc(C * F * sizeof(__half), "SwiGLU output");
   r.logits.alloc(size_t(r.vocab_end - r.vocab_begin) * sizeof(float), "logits");
-  // [0] past, [1] argmax, [2 .. 2 + C) tokens, [2 + C] the tail norm's block counter (zero between launches).
-  r.small.alloc((3 + C) * sizeof(int32_t), "positions/tokens");
-  QSP_CUDA_CHECK(cudaMemset(static_cast<int32_t*>(r.small.ptr) + 2 + C, 0, sizeof(int32_t)));
+  // [0] past, [1] argmax, [2 .. 2 + C) tokens.
+  r.small.alloc((2 + C) * sizeof(int32_t), "positions/tokens");
   r.attn_scratch_bytes = kern::attention_scratch_bytes(int32_t(C), sh_heads_, int32_t(cfg.head_dim),
                                                        int32_t(cfg.max_seq));
   if (r.attn_scratch_bytes) r.attn_scratch.alloc(r.attn_scratch_bytes, "attention scratch");

@@ -69,6 +69,11 @@ inline bool env_flag(const char* name) {
   const char* v = std::getenv(name);
   return v && *v && std::strcmp(v, "0") != 0;
 }
+// A default-on switch: off only where the variable is "0".
+inline bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return !v || std::strcmp(v, "0") != 0;
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -195,24 +200,16 @@ class CudaBackend final : public Backend {
   void finish_chunk(const PrefillChunk& c);
   void enqueue(const ModelTensors& w, const PrefillChunk& c, bool capturing = false);
   void pick_greedy();
-  // fuse_final: the last layer's down GEMV also forms the output norm of
-  // its one token into xn (fuse_tail() and n == 1 only; a single chunk).
-  void enqueue_layers(const ModelTensors& w, int32_t n, const Acts* acts, const KvTarget* kvs,
-                      bool fuse_final = false);
-  // $QSP_FUSE_NORM_TAIL (per context, an experiment): chunks of up to 16
-  // tokens on one rank with one shard fold each RMSNorm into the residual
-  // GEMV before it (kern::GemmArgs::tail_norm_out): 2 launches per layer fewer.
-  bool fuse_tail(int32_t n) const {
-    return fuse_tail_ && !norm_in(n) && n <= 16 && ranks_.size() == 1 && ranks_[0]->count == 1;
-  }
-  // $QSP_NORM_IN (per context, an experiment; it wins over the tail norms):
-  // chunks the GEMV takes whole (kern::gemm_norm_in_ok: the decode step)
+  void enqueue_layers(const ModelTensors& w, int32_t n, const Acts* acts, const KvTarget* kvs);
+  // Chunks the GEMV takes whole (kern::gemm_norm_in_ok: the decode step)
   // on ranks of one shard each form the attention's and the FFN's input
   // RMSNorm in the prologue of the GEMVs that read it (Q | K | V, gate |
   // up; kern::GemmArgs::norm_in_x), from the residual stream directly: 2
-  // launches per layer fewer, the same bits as the rmsnorm launches. (A
-  // rank of several shards adds each shard's product into the residual
-  // before the next shard's GEMV would read it: not there.)
+  // launches per layer fewer, the same bits as the rmsnorm launches (H100,
+  // 2026-12-05: decode step 0.6B -3 to -6%, 8B -1 to -2%; per context,
+  // QSP_NORM_IN=0 turns it off). A rank of several shards adds each
+  // shard's product into the residual before the next shard's GEMV would
+  // read it: not there.
   bool norm_in(int32_t n) const {
     if (!norm_in_ || !kern::gemm_norm_in_ok(n, int32_t(cfg_.hidden))) return false;
     for (const auto& r : ranks_)
@@ -225,14 +222,6 @@ class CudaBackend final : public Backend {
     const float* w;
     float eps;
   };
-  // The RMSNorm a residual GEMV forms when it is done (GemmArgs::tail_norm_*).
-  struct TailNorm {
-    const float* w;
-    __half* out;
-    float eps;
-    int32_t* counter;
-  };
-  TailNorm tail_norm(Rank& r, const TensorRef& norm, __half* out) const;
   // How shard s of rank r puts its wo / w_down product into the residual
   // stream: added, except, where the ranks' copies are summed (reduce_), the
   // first shard of a rank other than 0, which stores it over its copy (the
@@ -243,14 +232,13 @@ class CudaBackend final : public Backend {
   void all_reduce(const Acts* acts, int32_t n);
   void local_all_reduce(const Acts* acts, int32_t n);
   void enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n, const Acts& a,
-                         const KvTarget& kv, const TailNorm* tail = nullptr, const InNorm* in = nullptr);
+                         const KvTarget& kv, const InNorm* in = nullptr);
   void lm_head(const ModelTensors& w, const Rank& r, const __half* xn, int32_t M, float* out, int32_t ldo);
   void poison_scratch(Rank& r, const PrefillChunk& c, bool capturing);
   // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
   static void gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
                    const kern::DWeight* w2, kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo,
-                   const kern::DWeight* cat = nullptr, const TailNorm* tail = nullptr,
-                   const InNorm* in = nullptr);
+                   const kern::DWeight* cat = nullptr, const InNorm* in = nullptr);
   std::vector<const void*> weight_ids(const ModelTensors& w) const;
 
   // ---- A batched pass (cuda_batch.cu) ----
@@ -264,8 +252,7 @@ class CudaBackend final : public Backend {
   size_t shard_kv_elems_ = 0;  // one shard's K (or V) cache, elements
   uint32_t chunk_ = 0;
   int32_t qkv_ld_ = 0;
-  bool fuse_tail_ = false;  // QSP_FUSE_NORM_TAIL: fuse_tail()
-  bool norm_in_ = false;    // QSP_NORM_IN: norm_in()
+  bool norm_in_ = true;  // norm_in(); QSP_NORM_IN=0: off
   bool poison_ = false;  // test aid: NaN-fill scratch, logits and the KV slots a chunk is about to write
   std::vector<std::unique_ptr<Rank>> ranks_;  // one per device
   std::vector<cudaStream_t> streams_;         // the ranks' streams and devices, in rank order (graph captures)

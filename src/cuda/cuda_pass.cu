@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "cuda/cuda_backend.h"
+#include "kernels/pdl.h"
 
 namespace qsp {
 namespace cuda_impl {
@@ -78,6 +79,9 @@ const float* CudaBackend::logits() {
 // graph: one rank).
 void CudaBackend::enqueue(const ModelTensors& w, const PrefillChunk& c, bool capturing) {
   const int32_t n = int32_t(c.n), H = int32_t(cfg_.hidden);
+  // The default PDL of a decode-sized chunk on one device (kernels/pdl.h;
+  // what was measured: one GPU).
+  const kern::PdlPass pdl(ranks_.size() == 1 ? n : 0);
   std::vector<Acts> acts;
   std::vector<KvTarget> kvs;
   for (auto& rp : ranks_) {
@@ -102,16 +106,14 @@ void CudaBackend::enqueue(const ModelTensors& w, const PrefillChunk& c, bool cap
     kv.past = d_small;
     kvs.push_back(kv);
   }
-  const bool fuse_final = fuse_tail(n) && n == 1;  // the last down GEMV forms xn
-  enqueue_layers(w, n, acts.data(), kvs.data(), fuse_final);
+  enqueue_layers(w, n, acts.data(), kvs.data());
   if (!c.want_logits) return;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     Rank& r = *ranks_[i];
     const Acts& a = acts[i];
     on_device(r);
-    if (!fuse_final)
-      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x + size_t(n - 1) * H, H, V(w[kOutputNorm], r.first), a.xn, 1, H,
-                                       cfg_.rms_eps, r.stream));
+    QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x + size_t(n - 1) * H, H, V(w[kOutputNorm], r.first), a.xn, 1, H,
+                                     cfg_.rms_eps, r.stream));
     float* lg = as<float>(r.logits);
     const int32_t rows = int32_t(r.vocab_end - r.vocab_begin);
     lm_head(w, r, a.xn, 1, lg, rows);
@@ -144,53 +146,38 @@ void CudaBackend::pick_greedy() {
 // Every layer over n tokens already embedded in each rank's acts[i].x
 // (the residual stream): per block, each rank's shards in turn, then the
 // all-reduce across ranks.
-void CudaBackend::enqueue_layers(const ModelTensors& w, int32_t n, const Acts* acts, const KvTarget* kvs,
-                                 bool fuse_final) {
+void CudaBackend::enqueue_layers(const ModelTensors& w, int32_t n, const Acts* acts, const KvTarget* kvs) {
   const ModelConfig& m = cfg_;
   const int32_t H = int32_t(m.hidden);
-  // With the tail norms (fuse_tail: one rank, one shard) the O GEMV forms
-  // the FFN's input norm and the down GEMV the next layer's (or, with
-  // fuse_final, the output norm of the one token).
   // With norm_in, the Q | K | V and gate | up GEMVs form their input's
   // norm from the residual stream themselves: no rmsnorm launches.
-  const bool tail = fuse_tail(n), nin = norm_in(n);
+  const bool nin = norm_in(n);
   for (uint32_t l = 0; l < m.n_layers; ++l) {
     const LayerTensors& L = w.layers[l];
     for (size_t i = 0; i < ranks_.size(); ++i) {
       Rank& r = *ranks_[i];
       const Acts& a = acts[i];
       on_device(r);
-      if (!nin && (!tail || l == 0))
-        QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kAttnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
-      const TailNorm ffn_in = tail_norm(r, L[kFfnNorm], a.xn);
+      if (!nin) QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kAttnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
       const InNorm attn_norm{a.x, V(L[kAttnNorm], r.first), m.rms_eps};
       for (uint32_t s = r.first; s < r.first + r.count; ++s)
-        enqueue_attention(L, l, r, s, n, a, kvs[i], tail ? &ffn_in : nullptr, nin ? &attn_norm : nullptr);
+        enqueue_attention(L, l, r, s, n, a, kvs[i], nin ? &attn_norm : nullptr);
     }
     all_reduce(acts, n);
     for (size_t i = 0; i < ranks_.size(); ++i) {
       Rank& r = *ranks_[i];
       const Acts& a = acts[i];
       on_device(r);
-      if (!tail && !nin)
-        QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kFfnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
+      if (!nin) QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kFfnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
       const InNorm ffn_norm{a.x, V(L[kFfnNorm], r.first), m.rms_eps};
-      const bool last = l + 1 == m.n_layers;
-      const TailNorm next = tail_norm(r, last ? w[kOutputNorm] : w.layers[l + 1][kAttnNorm], a.xn);
-      const TailNorm* down_tail = tail && (!last || fuse_final) ? &next : nullptr;
       for (uint32_t s = r.first; s < r.first + r.count; ++s) {
         gemm(r.stream, a.xn, H, n, W(L[kWGate], s), &W(L[kWUp], s), kern::Epilogue::kSwiGLU, a.act, nullptr,
-             sh_ffn_, nullptr, nullptr, nin ? &ffn_norm : nullptr);
-        gemm(r.stream, a.act, sh_ffn_, n, W(L[kWDown], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H, nullptr,
-             down_tail);
+             sh_ffn_, nullptr, nin ? &ffn_norm : nullptr);
+        gemm(r.stream, a.act, sh_ffn_, n, W(L[kWDown], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
       }
     }
     all_reduce(acts, n);
   }
-}
-
-CudaBackend::TailNorm CudaBackend::tail_norm(Rank& r, const TensorRef& norm, __half* out) const {
-  return TailNorm{V(norm, r.first), out, cfg_.rms_eps, as<int32_t>(r.small) + 2 + chunk_};
 }
 
 // The residual streams of all ranks summed in place (one rank without a
@@ -241,7 +228,7 @@ void CudaBackend::local_all_reduce(const Acts* acts, int32_t n) {
 // QK-norm + RoPE with its KV-cache write, attention, and its columns of wo
 // into a.x (sum_epilogue).
 void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n,
-                                    const Acts& a, const KvTarget& kv, const TailNorm* tail, const InNorm* in) {
+                                    const Acts& a, const KvTarget& kv, const InNorm* in) {
   const ModelConfig& m = cfg_;
   const int32_t H = int32_t(m.hidden), Q = sh_q_, KV = sh_kv_;
   const cudaStream_t stream = r.stream;
@@ -301,12 +288,12 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
     kern::DWeight cat[2];
     for (int k = i + 1; k < j; ++k) cat[k - i - 1] = *parts[k];
     gemm(stream, a.xn, H, n, *parts[i], nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + col[i], qkv_ld_,
-         j > i + 1 ? cat : nullptr, nullptr, in);
+         j > i + 1 ? cat : nullptr, in);
     i = j;
   }
   QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
   QSP_CUDA_CHECK(kern::attention(at, stream));
-  gemm(stream, a.att, Q, n, W(L[kWo], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H, nullptr, tail);
+  gemm(stream, a.att, Q, n, W(L[kWo], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
 }
 
 // The logits of M normed rows xn on rank r: each of its shards' vocabulary
@@ -334,7 +321,7 @@ void CudaBackend::poison_scratch(Rank& r, const PrefillChunk& c, bool capturing)
 // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
 void CudaBackend::gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
                        const kern::DWeight* w2, kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo,
-                       const kern::DWeight* cat, const TailNorm* tail, const InNorm* in) {
+                       const kern::DWeight* cat, const InNorm* in) {
   kern::GemmArgs g;
   g.x = x;
   g.ldx = ldx;
@@ -342,12 +329,6 @@ void CudaBackend::gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_
   g.w = w;
   if (w2) g.w2 = *w2;
   if (cat) g.wcat[0] = cat[0], g.wcat[1] = cat[1];
-  if (tail) {
-    g.tail_norm_w = tail->w;
-    g.tail_norm_out = tail->out;
-    g.tail_norm_eps = tail->eps;
-    g.tail_norm_counter = tail->counter;
-  }
   if (in) {
     g.norm_in_x = in->x;
     g.norm_in_ldx = ldx;

@@ -8,8 +8,10 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/gemm_plan.h"
+#include "kernels/pdl.h"
 
 using qsp::kern::plan_mma;
 using qsp::kern::plan_wgmma;
@@ -130,4 +132,34 @@ TEST_CASE("kernel plan: the wgmma hybrid of whole waves and a split rest", "[pla
           CHECK(h.head * tok_blocks > kWave[0] - tok_blocks);
           CHECK(h.ks >= 2);
         }
+}
+
+// The default PDL policy (kernels/pdl.h, QSP_PDL unset): decode-sized passes
+// only, every family but the GEMMs and the GEMVs over 8 MB; nested passes
+// restore the outer one's; outside a pass, none. No GPU needed (host logic).
+TEST_CASE("kernel plan: the default PDL of a pass (PdlPass)", "[plan][pdl]") {
+  using qsp::kern::PdlKernel;
+  using qsp::kern::PdlPass;
+  using qsp::kern::pdl_pass_mask;
+  auto on = [](PdlKernel k) { return (pdl_pass_mask() >> int(k) & 1u) != 0; };
+  CHECK(pdl_pass_mask() == 0u);
+  {
+    const PdlPass decode(1);
+    for (PdlKernel k : {PdlKernel::kGemv, PdlKernel::kRmsnorm, PdlKernel::kQkRope, PdlKernel::kAttention,
+                        PdlKernel::kAttnWgmma, PdlKernel::kCombine, PdlKernel::kEmbed, PdlKernel::kArgmax,
+                        PdlKernel::kCopy})
+      CHECK(on(k));
+    for (PdlKernel k : {PdlKernel::kGemm, PdlKernel::kWgmma, PdlKernel::kGemvLarge}) CHECK_FALSE(on(k));
+    {
+      const PdlPass prompt(17);  // a prompt chunk: plain launches
+      CHECK(pdl_pass_mask() == 0u);
+    }
+    CHECK(on(PdlKernel::kGemv));
+    const PdlPass sixteen(16);
+    CHECK(on(PdlKernel::kAttention));
+  }
+  CHECK(pdl_pass_mask() == 0u);
+  const PdlPass none(0);  // several devices: the backend passes 0
+  CHECK(pdl_pass_mask() == 0u);
+  CHECK(std::string(qsp::kern::pdl_name(PdlKernel::kGemvLarge)) == "gemv_large");
 }

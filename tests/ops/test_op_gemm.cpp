@@ -125,87 +125,6 @@ TEST_CASE("op gemm: wgmma and mma.sync paths, each forced", "[gpu][gemm][wgmma]"
   CUDA_REQUIRE(cudaDeviceSynchronize());
 }
 
-// GemmArgs::tail_norm_*: the residual GEMV's last block forms the next
-// RMSNorm of the rows it added into (the decode step's QSP_FUSE_NORM_TAIL):
-// against a float64 norm of those very rows, twice on one counter (it must
-// come back to zero for the next launch); and refused where it does not
-// apply.
-TEST_CASE("op gemm: the RMSNorm formed by a residual GEMV's last block", "[gpu][gemm][gemv]") {
-  QSP_REQUIRE_GPU();
-  uint64_t seed = 5300;
-  DevBuf counter(sizeof(int32_t));
-  counter.upload(std::vector<int32_t>{0});
-  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q8_0}) {
-    for (int64_t N : {int64_t(1024), int64_t(4096)}) {
-      const int64_t K = 2048;
-      OpWeight w(dt, N, K, seed++);
-      Rng rng(seed++);
-      std::vector<float> nw(static_cast<size_t>(N));
-      for (float& v : nw) v = 1.0f + 0.2f * rng.normal();
-      DevBuf dnw(nw.size() * 4);
-      dnw.upload(nw);
-      for (int M : {1, 7, 16}) {
-        OpActs x(M, int(K), int(K), seed++);
-        std::vector<float> resid(size_t(M) * size_t(N));
-        for (float& v : resid) v = rng.normal();
-        DevBuf out(resid.size() * 4), nout(resid.size() * 2);
-        for (int rep = 0; rep < 2; ++rep) {
-          out.upload(resid);
-          GemmArgs g;
-          g.x = x.ptr();
-          g.ldx = int32_t(K);
-          g.M = M;
-          g.w = w.dw;
-          g.ep = Epilogue::kAddF32;
-          g.out_f = out.as<float>();
-          g.ldo = int32_t(N);
-          g.tail_norm_w = dnw.as<float>();
-          g.tail_norm_out = nout.as<__half>();
-          g.tail_norm_eps = 1e-6f;
-          g.tail_norm_counter = counter.as<int32_t>();
-          CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
-          CUDA_REQUIRE(cudaDeviceSynchronize());
-          const std::vector<float> y = out.download<float>();
-          const std::vector<uint16_t> h = nout.download<uint16_t>();
-          CHECK(counter.download<int32_t>()[0] == 0);
-          RelL2 err;
-          for (int m = 0; m < M; ++m) {
-            double ss = 0.0;
-            for (int64_t i = 0; i < N; ++i) ss += double(y[size_t(m) * N + i]) * y[size_t(m) * N + i];
-            const double inv = 1.0 / std::sqrt(ss / double(N) + 1e-6);
-            for (int64_t i = 0; i < N; ++i)
-              err.add(qsp::fp16_to_fp32(h[size_t(m) * N + i]), y[size_t(m) * N + i] * inv * nw[size_t(i)]);
-          }
-          INFO(qsp_dtype_name(dt) << " N=" << N << " M=" << M << " round " << rep);
-          CHECK(err.value() <= 2e-3);
-        }
-      }
-    }
-  }
-  // Where it does not apply: not kAddF32, M > 16, no counter.
-  OpWeight w(QSP_DTYPE_Q4_0, 64, 64, 1);
-  OpActs x(17, 64, 64, 2);
-  DevBuf out(size_t(17) * 64 * 4), nout(size_t(17) * 64 * 2), nw(64 * 4);
-  GemmArgs g;
-  g.x = x.ptr();
-  g.ldx = 64;
-  g.M = 4;
-  g.w = w.dw;
-  g.ep = Epilogue::kStoreF32;
-  g.out_f = out.as<float>();
-  g.ldo = 64;
-  g.tail_norm_w = nw.as<float>();
-  g.tail_norm_out = nout.as<__half>();
-  g.tail_norm_counter = counter.as<int32_t>();
-  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
-  g.ep = Epilogue::kAddF32;
-  g.M = 17;
-  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
-  g.M = 4;
-  g.tail_norm_counter = nullptr;
-  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
-}
-
 // GemmArgs::norm_in_*: the GEMV forms its input's RMSNorm in its prologue
 // (the decode step's QSP_NORM_IN). Its outputs must equal rmsnorm_f16 into
 // x, then the same GEMV, bit for bit: each format family, Q | K | V as a
@@ -292,13 +211,13 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
     }
   }
   // Where it does not apply: M > 8, M x K > 16384, K % 4, the mma / wgmma
-  // paths, with a tail norm, no norm weights, a misaligned row stride.
+  // paths, no norm weights, a misaligned row stride, the residual epilogue.
   CHECK_FALSE(qsp::kern::gemm_norm_in_ok(9, 256));
   CHECK_FALSE(qsp::kern::gemm_norm_in_ok(5, 4096));
   CHECK_FALSE(qsp::kern::gemm_norm_in_ok(1, 16384));
   CHECK_FALSE(qsp::kern::gemm_norm_in_ok(1, 1022));
   OpWeight w(QSP_DTYPE_Q4_0, 64, 256, 1);
-  DevBuf res(size_t(16) * 256 * 4), out(size_t(16) * 64 * 4), nw(256 * 4), cnt(4);
+  DevBuf res(size_t(16) * 256 * 4), out(size_t(16) * 64 * 4), nw(256 * 4);
   GemmArgs g;
   g.M = 9;
   g.w = w.dw;
@@ -320,13 +239,6 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
   CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
   g.norm_in_w = nw.as<float>();
   g.ep = Epilogue::kAddF32;
-  g.tail_norm_w = nw.as<float>();
-  g.tail_norm_out = reinterpret_cast<__half*>(out.as<float>());
-  g.tail_norm_counter = cnt.as<int32_t>();
-  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
-  g.tail_norm_w = nullptr;
-  g.tail_norm_out = nullptr;
-  g.tail_norm_counter = nullptr;
   CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);  // kAddF32: not a prologue epilogue
   g.ep = Epilogue::kStoreF32;
   CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));  // and the valid form runs
