@@ -83,10 +83,14 @@ bool env_on(const char* name) {
 //                  measured no faster but at 128 tokens)
 //  - kWgmmaDense64 $QSP_WGMMA_DENSE64 (off unless set; not measured yet): the plan may take the
 //                  64-token tile at two blocks per SM (WgPlan::per_sm)
-enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64 };
+//  - kGemvXsmem    $QSP_GEMV_XSMEM (off unless set; not measured yet): the GEMV's activations
+//                  staged in shared memory in the fragments' order (StageX::kAuto); fewer
+//                  instructions per weight byte (bench/RESULTS.md, fifteenth session)
+enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem };
 bool switch_on(Switch s) {
   static const bool on[] = {!std::getenv("QSP_WGMMA_TMA_W") || env_on("QSP_WGMMA_TMA_W"),
-                            env_on("QSP_WGMMA_HYBRID"), env_on("QSP_WGMMA_DENSE64")};
+                            env_on("QSP_WGMMA_HYBRID"), env_on("QSP_WGMMA_DENSE64"),
+                            env_on("QSP_GEMV_XSMEM")};
   return on[int(s)];
 }
 
@@ -201,6 +205,10 @@ bool gemm_supported(WFormat fmt, int64_t rows, int64_t cols, const char** why) {
   return r == nullptr;
 }
 
+bool gemm_stage_x_ok(int32_t M, int32_t K) {
+  return M >= 1 && M <= 8 && K >= 8 && K % 8 == 0 && int64_t(M) * K <= 16384;
+}
+
 bool gemm_norm_in_ok(int32_t M, int32_t K) {
   return M >= 1 && M <= 8 && K >= 4 && K % 4 == 0 && K <= 8192 && int64_t(M) * K <= 16384;
 }
@@ -265,6 +273,9 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
                   reinterpret_cast<uintptr_t>(g.norm_in_w) % 16 != 0 || !(g.norm_in_eps >= 0.0f))) {
     return cudaErrorInvalidValue;
   }
+  // The GEMV's staged activations: its shapes, and rows the prologue may
+  // read as 16-byte pieces (or the norm's float4s).
+  const bool stage_ok = gemm_stage_x_ok(g.M, int32_t(K)) && g.path != GemmPath::kMma && g.path != GemmPath::kWgmma;
   KArgs a;
   a.x = g.x;
   a.ldx = g.ldx;
@@ -296,6 +307,15 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   a.xin_ld = g.norm_in_ldx;
   a.xin_w = g.norm_in_w;
   a.xin_eps = g.norm_in_eps;
+  switch (g.gemv_stage_x) {
+    case StageX::kAuto: a.stage_x = switch_on(Switch::kGemvXsmem) && stage_ok; break;
+    case StageX::kOff: a.stage_x = 0; break;
+    case StageX::kOn:
+      if (!stage_ok) return cudaErrorInvalidValue;
+      a.stage_x = 1;
+      break;
+    default: return cudaErrorInvalidValue;
+  }
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;
   a.o.ldo = g.ldo;

@@ -34,6 +34,7 @@ struct KArgs {
   int32_t xin_ld;
   const float* xin_w;
   float xin_eps;
+  int32_t stage_x;  // the GEMV's activations staged in shared memory (GemmArgs::gemv_stage_x)
 };
 
 // ---- Tile configurations of the mma.sync kernel --------------------------------------------

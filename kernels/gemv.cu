@@ -109,6 +109,65 @@ __device__ __forceinline__ void load_x_smem(uint32_t (&xb)[MT][4][2], const __ha
 // thread; ends with the rows visible to the block. Inlined: the first
 // round's weight loads are in flight in registers across it (a call would
 // save them to the stack, i.e. wait for them).
+// The permuted layout (kPerm, $QSP_GEMV_XSMEM): row m at m * perm_row(KC)
+// bytes, then per 64-column chunk c and fragment column t the 8 words lane
+// (g, t) needs, in order (word 2s: cols 16s + 2t, +1; word 2s + 1: cols
+// 16s + 2t + 8, +9): two lds.128 a chunk, no predicates. The row stride's
+// extra 16 bytes put rows g and g + 1 on other banks.
+__host__ __device__ constexpr int perm_row(int KC) { return KC * 128 + 16; }
+// Byte offset of the word holding cols j, j + 1 (j even) of row m.
+__device__ __forceinline__ int perm_word(int row_bytes, int m, int j) {
+  const int c = j >> 6, jj = j & 63, s = jj >> 4, r = jj & 15;
+  return m * row_bytes + c * 128 + ((r & 7) >> 1) * 32 + (2 * s + (r >> 3)) * 4;
+}
+
+// Stores cols j, j + 1 (j even) of row m of the staged activations.
+template <bool kPerm>
+__device__ __forceinline__ void put_pair(__half* xs, int KP, int m, int j, __half2 v) {
+  if constexpr (kPerm)
+    *reinterpret_cast<__half2*>(reinterpret_cast<char*>(xs) + perm_word(perm_row(KP / 64), m, j)) = v;
+  else
+    *reinterpret_cast<__half2*>(xs + m * KP + j) = v;
+}
+
+// kPerm: the block's M rows of x (fp16, the previous kernel's output) into
+// the permuted layout, zero from K to KP. Ends with them visible.
+__device__ __forceinline__ void stage_x(const KArgs& a, __half* xs, int KP) {
+  const int K = a.K;
+  for (int m = 0; m < a.o.M; ++m) {
+    const __half* xr = a.x + size_t(m) * size_t(a.ldx);
+    for (int i = threadIdx.x; i < KP / 8; i += blockDim.x) {
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (8 * i < K) v = *reinterpret_cast<const uint4*>(xr + 8 * i);  // K % 8 == 0 (gemm())
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        __half2 h;
+        memcpy(&h, &w[p], 4);
+        put_pair<true>(xs, KP, m, 8 * i + 2 * p, h);
+      }
+    }
+  }
+  __syncthreads();
+}
+
+// load_x's fragments from the permuted layout: lanes past M read row 0
+// (their token columns are never stored) and a chunk past KC reads the last
+// (it is never multiplied), so no predicate.
+template <int MT>
+__device__ __forceinline__ void load_x_perm(uint32_t (&xb)[MT][4][2], const __half* xs, int KC, int M, int c,
+                                            int g, int t) {
+  static_assert(MT == 1, "the permuted activations are for M <= 8");
+  const int m = g < M ? g : 0;
+  const uint32_t at = smem_u32(xs) + uint32_t(m * perm_row(KC) + min(c, KC - 1) * 128 + t * 32);
+  uint32_t w[8];
+  lds128(w[0], w[1], w[2], w[3], at);
+  lds128(w[4], w[5], w[6], w[7], at + 16);
+#pragma unroll
+  for (int s = 0; s < 4; ++s) xb[0][s][0] = w[2 * s], xb[0][s][1] = w[2 * s + 1];
+}
+
+template <bool kPerm>
 __device__ __forceinline__ void norm_prologue(const KArgs& a, __half* xs, int KP) {
   constexpr int kNormThreads = 256;  // rmsnorm.cu's kThreads
   __shared__ float part[kNormThreads / 32];
@@ -135,15 +194,20 @@ __device__ __forceinline__ void norm_prologue(const KArgs& a, __half* xs, int KP
 #pragma unroll
     for (int w = 0; w < kNormThreads / 32; ++w) t += part[w];
     const float scale = 1.0f / sqrtf(t / float(K) + a.xin_eps);
-    __half* yr = xs + m * KP;
     for (int i = threadIdx.x; i < n4; i += blockDim.x) {
       const float4 v = xr[i], wk = w4[i];
       const __half2 lo = __floats2half2_rn(v.x * scale * wk.x, v.y * scale * wk.y);
       const __half2 hi = __floats2half2_rn(v.z * scale * wk.z, v.w * scale * wk.w);
-      *reinterpret_cast<__half2*>(yr + 4 * i) = lo;
-      *reinterpret_cast<__half2*>(yr + 4 * i + 2) = hi;
+      put_pair<kPerm>(xs, KP, m, 4 * i, lo);
+      put_pair<kPerm>(xs, KP, m, 4 * i + 2, hi);
     }
-    for (int i = K + threadIdx.x; i < KP; i += blockDim.x) yr[i] = __float2half_rn(0.0f);
+    if constexpr (kPerm) {
+      for (int i = K / 2 + threadIdx.x; i < KP / 2; i += blockDim.x)
+        put_pair<true>(xs, KP, m, 2 * i, __floats2half2_rn(0.0f, 0.0f));
+    } else {
+      __half* yr = xs + m * KP;
+      for (int i = K + threadIdx.x; i < KP; i += blockDim.x) yr[i] = __float2half_rn(0.0f);
+    }
     __syncthreads();  // part[] is reused by the next row; the last: xs complete
   }
 }
@@ -253,13 +317,15 @@ template <WFormat F,
           int MT,        // m8 token tiles: 1 (M <= 8) or 2 (M <= 16)
           int U,         // chunks a warp has in flight per round (loads issued before any use)
           Epilogue EP,
-          bool kNormIn>  // the input is GemmArgs::norm_in_x's RMSNorm (MT == 1): gemv::norm_prologue
+          bool kNormIn,  // the input is GemmArgs::norm_in_x's RMSNorm (MT == 1): gemv::norm_prologue
+          bool kPerm>    // the activations staged in shared memory in the fragments' order (MT == 1;
+                         // GemmArgs::gemv_stage_x): gemv::perm_word
 __global__ void __launch_bounds__(gemv::kMaxWarps * 32, MT == 1 ? 3 : 2) gemv_kernel(const KArgs a) {
   using T = WTraits<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int NM = kDual ? 2 : 1;  // weight matrices
   __shared__ float red[gemv::kMaxWarps][NM][MT * 8][gemv::kRedLd];
-  extern __shared__ __align__(16) __half xs[];  // kNormIn: [M][KC * 64]
+  extern __shared__ __align__(16) __half xs[];  // kNormIn / kPerm: the staged activations
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -299,12 +365,17 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, MT == 1 ? 3 : 2) gemv_ke
     if (c0 == warp) {
       pdl_wait();
       pdl_launch_dependents();
-      if constexpr (kNormIn) gemv::norm_prologue(a, xs, a.KC * 64);
+      if constexpr (kNormIn)
+        gemv::norm_prologue<kPerm>(a, xs, a.KC * 64);
+      else if constexpr (kPerm)
+        gemv::stage_x(a, xs, a.KC * 64);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * kw;
-      if constexpr (kNormIn)
+      if constexpr (kPerm)
+        gemv::load_x_perm<MT>(xb[u], xs, a.KC, a.o.M, c, g, t);
+      else if constexpr (kNormIn)
         gemv::load_x_smem<MT>(xb[u], xs, a.KC * 64, a.o.M, c, c < a.KC, g, t);
       else
         gemv::load_x<MT>(xb[u], a, c, c < a.KC, g, t);
@@ -340,18 +411,20 @@ constexpr int gemv_unroll(int mt, bool dual) {
   return 56 / per < 1 ? 1 : 56 / per > 4 ? 4 : 56 / per;
 }
 
-template <WFormat F, int MT, Epilogue EP, bool kNormIn = false>
+template <WFormat F, int MT, Epilogue EP, bool kNormIn = false, bool kPerm = false>
 cudaError_t launch_mt(const KArgs& a, cudaStream_t stream) {
   constexpr int U = gemv_unroll<F>(MT, EP == Epilogue::kSwiGLU);
   // Enough warps to cover K with U chunks each, at most kMaxWarps; the
   // registers allow 3 blocks of 8 warps per SM (85 registers) for M <= 8,
   // 2 for M <= 16 (the kernel's __launch_bounds__).
   const int kw = std::max(1, std::min(gemv::kMaxWarps, a.KC / U));
-  const size_t smem = kNormIn ? size_t(a.o.M) * size_t(a.KC) * 64 * sizeof(__half) : 0;
+  const size_t smem = kPerm     ? size_t(a.o.M) * size_t(gemv::perm_row(a.KC))
+                      : kNormIn ? size_t(a.o.M) * size_t(a.KC) * 64 * sizeof(__half)
+                                : 0;
   // The weights it streams decide its PDL family (kernels/pdl.h).
   const size_t bytes = dweight_bytes(F, int64_t(a.tiles) * 16, a.K) * (EP == Epilogue::kSwiGLU ? 2 : 1);
   const PdlKernel family = bytes <= kPdlGemvSmallBytes ? PdlKernel::kGemv : PdlKernel::kGemvLarge;
-  return launch_pdl(family, gemv_kernel<F, MT, U, EP, kNormIn>, dim3(unsigned(a.tiles)),
+  return launch_pdl(family, gemv_kernel<F, MT, U, EP, kNormIn, kPerm>, dim3(unsigned(a.tiles)),
                     dim3(unsigned(kw * 32)), smem, stream, a);
 }
 
@@ -364,9 +437,11 @@ cudaError_t launch_gemv(const KArgs& a, WFormat f, Epilogue ep, cudaStream_t str
       constexpr Epilogue EP = decltype(e)::value;
       // The input's RMSNorm in the prologue: the decode step's epilogues
       // only (Q | K | V to fp32, gate | up to SwiGLU); gemm() checked M <= 8.
+      // The staged activations where gemm() asked for them (M x K fits).
       if constexpr (EP == Epilogue::kStoreF32 || EP == Epilogue::kSwiGLU)
-        if (a.xin) return launch_mt<F, 1, EP, true>(a, stream);
+        if (a.xin) return a.stage_x ? launch_mt<F, 1, EP, true, true>(a, stream) : launch_mt<F, 1, EP, true>(a, stream);
       if (a.xin) return cudaErrorInvalidValue;
+      if (a.stage_x) return launch_mt<F, 1, EP, false, true>(a, stream);
       return a.o.M <= 8 ? launch_mt<F, 1, EP>(a, stream) : launch_mt<F, 2, EP>(a, stream);
     });
   });

@@ -112,6 +112,16 @@ enum class GemmPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kGemv = 3 };
 //  kPerTile: one bulk copy per 16-row tile and array (the kernel before the
 //         maps; kept where the maps cannot be made).
 enum class WgmmaWeights : int32_t { kAuto = 0, kTensorMaps = 1, kPerTile = 2 };
+// Where the GEMV (M <= 8) reads its activations (GemmArgs::gemv_stage_x):
+//  kAuto: $QSP_GEMV_XSMEM=1 asks for kOn where gemm_stage_x_ok (off until
+//         measured), else kOff.
+//  kOn: staged in shared memory by each block in the order of the mma
+//       fragments (two 16-byte shared loads a chunk, no predicates), or
+//       gemm() returns cudaErrorInvalidValue where !gemm_stage_x_ok.
+//  kOff: 16-bit pairs loaded from global memory per fragment (or the
+//       plain shared rows of GemmArgs::norm_in_x).
+// The results are the same bits either way.
+enum class StageX : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
@@ -148,6 +158,8 @@ struct GemmArgs {
   // (WgmmaWeights); the plan model's rates follow it. No effect on the other
   // kernels.
   WgmmaWeights wgmma_weights = WgmmaWeights::kAuto;
+  // Tests and benchmarks: where the GEMV reads its activations (StageX).
+  StageX gemv_stage_x = StageX::kAuto;
   // Optional, the GEMV only (gemm_norm_in_ok(M, K)):
   // the input is not x (ignored, may be null) but the RMSNorm of the fp32
   // rows norm_in_x ([M][K], row stride norm_in_ldx), half(norm_in_x[m][i] *
@@ -165,6 +177,10 @@ struct GemmArgs {
 // M rows of K: M <= 8, K % 4 == 0, K <= 8192 (rmsnorm_f16's register path),
 // M x K <= 16384 (the normed rows live in the block's shared memory as fp16).
 bool gemm_norm_in_ok(int32_t M, int32_t K);
+
+// Whether the GEMV can stage M rows of K activations in shared memory
+// (StageX::kOn): M <= 8, K % 8 == 0, M x K <= 16384.
+bool gemm_stage_x_ok(int32_t M, int32_t K);
 
 // Any M >= 1 (small M takes a GEMV path). Returns cudaErrorInvalidValue for
 // unsupported shapes.

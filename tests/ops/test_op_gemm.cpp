@@ -166,9 +166,12 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
       CUDA_REQUIRE(qsp::kern::rmsnorm_f16(dres.as<float>(), int32_t(ld), dnw.as<float>(), xn.as<__half>(), M,
                                           int32_t(K), 1e-6f, nullptr));
       for (const bool swiglu : {false, true}) {
-        DevBuf o1(size_t(M) * N * 4), o2(size_t(M) * N * 4);
+        DevBuf o1(size_t(M) * N * 4), o2(size_t(M) * N * 4), o3(size_t(M) * N * 4), o4(size_t(M) * N * 4);
         o1.poison();
         o2.poison();
+        o3.poison();
+        o4.poison();
+        const bool stage = qsp::kern::gemm_stage_x_ok(M, int32_t(K));
         GemmArgs g;
         g.x = xn.as<__half>();
         g.ldx = int32_t(K);
@@ -188,7 +191,17 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
           g.out_f = o1.as<float>();
         }
         g.ldo = int32_t(N);
+        g.gemv_stage_x = qsp::kern::StageX::kOff;
         CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
+        if (stage) {  // the activations staged in the fragments' order: the same bits
+          g.gemv_stage_x = qsp::kern::StageX::kOn;
+          if (swiglu)
+            g.out_h = o3.as<__half>();
+          else
+            g.out_f = o3.as<float>();
+          CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
+          g.gemv_stage_x = qsp::kern::StageX::kOff;
+        }
         g.x = nullptr;
         g.ldx = 0;
         g.norm_in_x = dres.as<float>();
@@ -200,13 +213,26 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
         else
           g.out_f = o2.as<float>();
         CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
+        if (stage) {  // the norm into the permuted layout
+          g.gemv_stage_x = qsp::kern::StageX::kOn;
+          if (swiglu)
+            g.out_h = o4.as<__half>();
+          else
+            g.out_f = o4.as<float>();
+          CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
+        }
         CUDA_REQUIRE(cudaDeviceSynchronize());
         const size_t n = size_t(M) * N * (swiglu ? 2 : 4);
-        const std::vector<uint8_t> b1 = o1.download<uint8_t>(), b2 = o2.download<uint8_t>();
-        size_t diff = 0;
-        for (size_t i = 0; i < n; ++i) diff += b1[i] != b2[i];
+        const std::vector<uint8_t> b1 = o1.download<uint8_t>();
         INFO(qsp_dtype_name(c.dt) << " K=" << K << " M=" << M << (swiglu ? " gate|up" : " q|k|v"));
-        CHECK(diff == 0);
+        for (const DevBuf* o : {&o2, &o3, &o4}) {
+          if (o != &o2 && !stage) continue;
+          const std::vector<uint8_t> b = o->download<uint8_t>();
+          size_t diff = 0;
+          for (size_t i = 0; i < n; ++i) diff += b1[i] != b[i];
+          INFO((o == &o2 ? "norm in prologue" : o == &o3 ? "staged x" : "norm in prologue, staged"));
+          CHECK(diff == 0);
+        }
       }
     }
   }
@@ -244,6 +270,79 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
   CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));  // and the valid form runs
   CUDA_REQUIRE(cudaGetLastError());
   CUDA_REQUIRE(cudaDeviceSynchronize());
+}
+
+// GemmArgs::gemv_stage_x = kOn: the GEMV's activations staged in shared
+// memory in the fragments' order ($QSP_GEMV_XSMEM) give the same bits as
+// the loads per fragment, on every epilogue, M up to 8, K up to 16384 (the
+// 8B down projection at M = 1) and a K that is not a multiple of 64; kOn
+// where it cannot apply is refused.
+TEST_CASE("op gemm: the GEMV's staged activations equal its fragment loads", "[gpu][gemm][gemv]") {
+  QSP_REQUIRE_GPU();
+  uint64_t seed = 5500;
+  struct Case {
+    int32_t dt;
+    int M;
+    int64_t K;
+  };
+  const std::vector<Case> cases = {{QSP_DTYPE_Q4_0, 1, 14336}, {QSP_DTYPE_Q4_0, 3, 4096}, {QSP_DTYPE_Q4_0, 8, 1056},
+                                   {QSP_DTYPE_Q4_K, 1, 14336}, {QSP_DTYPE_Q6_K, 5, 3072}, {QSP_DTYPE_Q8_0, 8, 2048},
+                                   {QSP_DTYPE_Q3_K, 2, 4096},  {QSP_DTYPE_F16, 4, 1024}};
+  for (const Case& c : cases) {
+    const int64_t N = 80;
+    OpWeight w(c.dt, N, c.K, seed++);
+    OpActs x(c.M, int(c.K), int(c.K) + 8, seed++);
+    REQUIRE(qsp::kern::gemm_stage_x_ok(c.M, int32_t(c.K)));
+    for (Epilogue ep : {Epilogue::kStoreF16, Epilogue::kStoreF32, Epilogue::kAddF32}) {
+      std::vector<float> init(size_t(c.M) * N);
+      Rng rng(seed++);
+      for (float& v : init) v = rng.normal();
+      std::vector<std::vector<uint8_t>> got;
+      for (qsp::kern::StageX sx : {qsp::kern::StageX::kOff, qsp::kern::StageX::kOn}) {
+        DevBuf out(init.size() * 4);
+        out.upload(init);
+        GemmArgs g;
+        g.x = x.ptr();
+        g.ldx = int32_t(c.K) + 8;
+        g.M = c.M;
+        g.w = w.dw;
+        g.ep = ep;
+        if (ep == Epilogue::kStoreF16)
+          g.out_h = out.as<__half>();
+        else
+          g.out_f = out.as<float>();
+        g.ldo = int32_t(N);
+        g.gemv_stage_x = sx;
+        CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
+        CUDA_REQUIRE(cudaDeviceSynchronize());
+        got.push_back(out.download<uint8_t>());
+      }
+      size_t diff = 0;
+      for (size_t i = 0; i < got[0].size(); ++i) diff += got[0][i] != got[1][i];
+      INFO(qsp_dtype_name(c.dt) << " M=" << c.M << " K=" << c.K << " epilogue " << int(ep));
+      CHECK(diff == 0);
+    }
+  }
+  CHECK_FALSE(qsp::kern::gemm_stage_x_ok(9, 256));
+  CHECK_FALSE(qsp::kern::gemm_stage_x_ok(2, 16384));
+  CHECK_FALSE(qsp::kern::gemm_stage_x_ok(1, 1020));
+  OpWeight w(QSP_DTYPE_Q4_0, 64, 256, 1);
+  OpActs x(16, 256, 256, 2);
+  DevBuf out(size_t(16) * 64 * 4);
+  GemmArgs g;
+  g.x = x.ptr();
+  g.ldx = 256;
+  g.M = 9;
+  g.w = w.dw;
+  g.ep = Epilogue::kStoreF32;
+  g.out_f = out.as<float>();
+  g.ldo = 64;
+  g.gemv_stage_x = qsp::kern::StageX::kOn;
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  g.M = 8;
+  g.gemv_stage_x = static_cast<qsp::kern::StageX>(7);
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  CUDA_REQUIRE(cudaGetLastError());
 }
 
 // Small enough for compute-sanitizer's racecheck: the GEMV (M <= 8 and
