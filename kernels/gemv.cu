@@ -57,20 +57,28 @@ __device__ __forceinline__ WLoc tile_loc(const KArgs& a, int tile) {
 
 // The B fragments of chunk c for MT m8 token tiles: xb[mt][s] = X row
 // mt * 8 + g, k step s: cols 16s + 2t, +1 and 16s + 2t + 8, +9 (zero past M,
-// past K, or for a chunk that is not there: ok = false).
-template <int MT>
-__device__ __forceinline__ void load_x(uint32_t (&xb)[MT][4][2], const KArgs& a, int c, bool ok, int g, int t) {
-  const int M = a.o.M;
+// past K, or for a chunk that is not there: ok = false). x: rows ld apart,
+// in global memory (the previous kernel's output: coherent loads), or
+// kShared, the block's normed rows (GemmArgs::norm_in_x), zero from K to
+// KC * 64 so that K needs no check.
+template <int MT, bool kShared>
+__device__ __forceinline__ void load_x(uint32_t (&xb)[MT][4][2], const __half* x, size_t ld, int M, int K, int c,
+                                       bool ok, int g, int t) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     const int m = mt * 8 + g;
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       uint32_t* r = xb[mt][s];
-      if (ok && m < M && c * 64 + 16 * s < a.K) {
-        const __half* xp = a.x + size_t(m) * size_t(a.ldx) + c * 64 + 16 * s + 2 * t;
-        ldg32_dep(r[0], xp);
-        ldg32_dep(r[1], xp + 8);
+      if (ok && m < M && (kShared || c * 64 + 16 * s < K)) {
+        const __half* xp = x + size_t(m) * ld + c * 64 + 16 * s + 2 * t;
+        if constexpr (kShared) {
+          r[0] = *reinterpret_cast<const uint32_t*>(xp);
+          r[1] = *reinterpret_cast<const uint32_t*>(xp + 8);
+        } else {
+          ldg32_dep(r[0], xp);
+          ldg32_dep(r[1], xp + 8);
+        }
       } else {
         r[0] = r[1] = 0u;
       }
@@ -78,37 +86,6 @@ __device__ __forceinline__ void load_x(uint32_t (&xb)[MT][4][2], const KArgs& a,
   }
 }
 
-// load_x's fragments from the block's normed rows in shared memory
-// (GemmArgs::norm_in_x): xs[m][KP], zero from K to KP = KC * 64.
-template <int MT>
-__device__ __forceinline__ void load_x_smem(uint32_t (&xb)[MT][4][2], const __half* xs, int KP, int M, int c,
-                                            bool ok, int g, int t) {
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    const int m = mt * 8 + g;
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      uint32_t* r = xb[mt][s];
-      if (ok && m < M) {
-        const __half* xp = xs + m * KP + c * 64 + 16 * s + 2 * t;
-        r[0] = *reinterpret_cast<const uint32_t*>(xp);
-        r[1] = *reinterpret_cast<const uint32_t*>(xp + 8);
-      } else {
-        r[0] = r[1] = 0u;
-      }
-    }
-  }
-}
-
-// GemmArgs::norm_in_x: the block's input rows, RMSNorm'd into xs[m][KP]
-// as fp16, bit for bit what rmsnorm_f16 writes (kernels/rmsnorm.cu): its
-// 256 threads' order of operations, played by this block's 32 * kw threads
-// (each warp plays warps w, w + kw, ... of the 256): thread v's float4s
-// v, v + 256, ... summed x, y, z, w by fmaf; each warp's sums by the same
-// xor shuffles; the 8 warps' sums added in order from 0. Called by every
-// thread; ends with the rows visible to the block. Inlined: the first
-// round's weight loads are in flight in registers across it (a call would
-// save them to the stack, i.e. wait for them).
 // The permuted layout (kPerm, $QSP_GEMV_XSMEM): row m at m * perm_row(KC)
 // bytes, then per 64-column chunk c and fragment column t the 8 words lane
 // (g, t) needs, in order (word 2s: cols 16s + 2t, +1; word 2s + 1: cols
@@ -376,9 +353,9 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, MT == 1 ? 3 : 2) gemv_ke
       if constexpr (kPerm)
         gemv::load_x_perm<MT>(xb[u], xs, a.KC, a.o.M, c, g, t);
       else if constexpr (kNormIn)
-        gemv::load_x_smem<MT>(xb[u], xs, a.KC * 64, a.o.M, c, c < a.KC, g, t);
+        gemv::load_x<MT, true>(xb[u], xs, size_t(a.KC) * 64, a.o.M, a.K, c, c < a.KC, g, t);
       else
-        gemv::load_x<MT>(xb[u], a, c, c < a.KC, g, t);
+        gemv::load_x<MT, false>(xb[u], a.x, size_t(a.ldx), a.o.M, a.K, c, c < a.KC, g, t);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {

@@ -40,7 +40,7 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Partition& part, const st
   QSP_FAIL_IF(!kern::attention_supported(int32_t(cfg.head_dim)), QSP_ERR_UNSUPPORTED,
               "the CUDA backend supports head_dim 64 and 128, not %u", cfg.head_dim);
   poison_ = env_flag("QSP_POISON");
-  norm_in_ = env_on("QSP_NORM_IN");
+  norm_in_ = env_not_off("QSP_NORM_IN");
   // QSP_GRAPHS=0: every chunk and batched pass eager (a diagnostic: what the
   // graphs save, or cost).
   if (const char* g = std::getenv("QSP_GRAPHS"); g && std::strcmp(g, "0") == 0) {

@@ -70,7 +70,7 @@ inline bool env_flag(const char* name) {
   return v && *v && std::strcmp(v, "0") != 0;
 }
 // A default-on switch: off only where the variable is "0".
-inline bool env_on(const char* name) {
+inline bool env_not_off(const char* name) {
   const char* v = std::getenv(name);
   return !v || std::strcmp(v, "0") != 0;
 }

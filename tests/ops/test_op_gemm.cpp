@@ -173,6 +173,15 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
         o4.poison();
         const bool stage = qsp::kern::gemm_stage_x_ok(M, int32_t(K));
         GemmArgs g;
+        // One gemm() into `out` with the activations read as `sx`.
+        auto run_into = [&](DevBuf& out, qsp::kern::StageX sx) {
+          if (swiglu)
+            g.out_h = out.as<__half>();
+          else
+            g.out_f = out.as<float>();
+          g.gemv_stage_x = sx;
+          CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
+        };
         g.x = xn.as<__half>();
         g.ldx = int32_t(K);
         g.M = M;
@@ -180,7 +189,6 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
           g.w = gate.dw;
           g.w2 = up.dw;
           g.ep = Epilogue::kSwiGLU;
-          g.out_h = o1.as<__half>();
         } else {
           g.w = wq.dw;
           if (c.dt != QSP_DTYPE_F16) {  // fp16 weights are row-major: no row groups (Q alone then)
@@ -188,39 +196,18 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
             g.wcat[1] = wv.dw;
           }
           g.ep = Epilogue::kStoreF32;
-          g.out_f = o1.as<float>();
         }
         g.ldo = int32_t(N);
-        g.gemv_stage_x = qsp::kern::StageX::kOff;
-        CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
-        if (stage) {  // the activations staged in the fragments' order: the same bits
-          g.gemv_stage_x = qsp::kern::StageX::kOn;
-          if (swiglu)
-            g.out_h = o3.as<__half>();
-          else
-            g.out_f = o3.as<float>();
-          CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
-          g.gemv_stage_x = qsp::kern::StageX::kOff;
-        }
+        run_into(o1, qsp::kern::StageX::kOff);
+        if (stage) run_into(o3, qsp::kern::StageX::kOn);  // the activations staged: the same bits
         g.x = nullptr;
         g.ldx = 0;
         g.norm_in_x = dres.as<float>();
         g.norm_in_ldx = int32_t(ld);
         g.norm_in_w = dnw.as<float>();
         g.norm_in_eps = 1e-6f;
-        if (swiglu)
-          g.out_h = o2.as<__half>();
-        else
-          g.out_f = o2.as<float>();
-        CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
-        if (stage) {  // the norm into the permuted layout
-          g.gemv_stage_x = qsp::kern::StageX::kOn;
-          if (swiglu)
-            g.out_h = o4.as<__half>();
-          else
-            g.out_f = o4.as<float>();
-          CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
-        }
+        run_into(o2, qsp::kern::StageX::kOff);
+        if (stage) run_into(o4, qsp::kern::StageX::kOn);  // the norm into the staged layout
         CUDA_REQUIRE(cudaDeviceSynchronize());
         const size_t n = size_t(M) * N * (swiglu ? 2 : 4);
         const std::vector<uint8_t> b1 = o1.download<uint8_t>();
