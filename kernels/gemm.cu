@@ -81,15 +81,16 @@ bool env_on(const char* name) {
 //                  (WgmmaWeights::kAuto; measured, bench/RESULTS.md, fourteenth session)
 //  - kWgmmaHybrid  $QSP_WGMMA_HYBRID (off unless set): the plan's two-launch hybrid (WgPlan::head;
 //                  measured no faster but at 128 tokens)
-//  - kWgmmaDense64 $QSP_WGMMA_DENSE64 (off unless set; not measured yet): the plan may take the
-//                  64-token tile at two blocks per SM (WgPlan::per_sm)
+//  - kWgmmaDense64 $QSP_WGMMA_DENSE64 (on unless "0"): the plan may take the 64-token tile at
+//                  two blocks per SM (WgPlan::per_sm; below a wave: M <= 64, measured,
+//                  kernels/gemm_plan.cpp)
 //  - kGemvXsmem    $QSP_GEMV_XSMEM (off unless set; not measured yet): the GEMV's activations
 //                  staged in shared memory in the fragments' order (StageX::kAuto); fewer
 //                  instructions per weight byte (bench/RESULTS.md, fifteenth session)
 enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem };
 bool switch_on(Switch s) {
   static const bool on[] = {!std::getenv("QSP_WGMMA_TMA_W") || env_on("QSP_WGMMA_TMA_W"),
-                            env_on("QSP_WGMMA_HYBRID"), env_on("QSP_WGMMA_DENSE64"),
+                            env_on("QSP_WGMMA_HYBRID"), !std::getenv("QSP_WGMMA_DENSE64") || env_on("QSP_WGMMA_DENSE64"),
                             env_on("QSP_GEMV_XSMEM")};
   return on[int(s)];
 }

@@ -82,18 +82,27 @@ Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
 // maps): the 8B pass at 128 tokens 4% faster, at 512 and 2048 0-1% slower;
 // off.
 //
-// The 64-token tile at two blocks per SM (WgChoices::dense64,
-// $QSP_WGMMA_DENSE64; not measured yet): a wave holds twice the blocks,
-// each assumed kDenseSlow slower per chunk than alone on its SM (a guess:
-// the two share the tensor cores and shared memory bandwidth, but a
-// 64-token block leaves most of both idle; bench/RESULTS.md, fourteenth
-// session, for why it should pay below a wave).
+// The 64-token tile at two blocks per SM (WgChoices::dense64, on unless
+// $QSP_WGMMA_DENSE64=0): a wave holds twice the blocks, each kDenseSlow
+// slower per chunk than alone on its SM (the two share the tensor cores and
+// the shared-memory bandwidth). Fitted to bench_gemm --sweep on the H100
+// (sixteenth session) where both grids fill their waves: the 2/SM kernel
+// runs 1.21-1.27x the 64-token tile alone (8B q / o Q4_0 at M = 512: 458.0
+// against 378.1 TFLOPS; 2048: 494.3 / 398.9; 12288 x 4096 at 2048: 509.2 /
+// 399.5), so a block is 2 / 1.24 ~ 1.6x slower. With it the plan takes the
+// kernel below a wave only, at M <= 64 (8B q / o 64/4, measured best there
+// at 139.0 against 131.7 for 64/2 alone; 12288 x 4096 272.1 against 266.9),
+// never at M >= 128, where the 128 and 256 tiles win. The first guess, 1.2,
+// took it at 128-512 tokens too and lost 3-10% of the whole model there
+// (8B Q4_0 512 tokens 12.40-12.46 ms against 11.83-11.91); at M = 64 (the
+// 64-sequence decode step) it took it on gate | up and gained: 6.44-6.53 ms
+// against 7.15-7.23.
 WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4], WgChoices c) {
   constexpr int kTiles[3] = {wgmma::kTokTileLarge, wgmma::kTokTileSmall, wgmma::kTokTileTiny};
   constexpr double kRateCopies[2] = {1.95, 1.14};   // per-tile copies: BT = 256, 128 (H200, eighth session)
   constexpr double kRateMaps[3] = {2.33, 1.96, 1.31};  // tensor maps: BT = 256, 128, 64 (H100, fourteenth)
   constexpr int kWgFill = 8, kWgReduce = 2;
-  constexpr double kDenseSlow = 1.2;
+  constexpr double kDenseSlow = 1.6;
   WgPlan best{0, 1, 1e300};
   for (int i = 0; i < (c.maps ? (c.dense64 ? 4 : 3) : 2); ++i) {
     const bool dense = i == 3;  // the 64-token tile, two blocks per SM

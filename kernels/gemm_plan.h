@@ -23,7 +23,7 @@ constexpr int kTokTileLarge = 256, kTokTileSmall = 128;
 // fastest tile at M = 64 and often 128 (fourteenth session, H100: 8B
 // 12288 x 4096 at M = 64 269 TFLOPS against 143 for the 128 tile and 167
 // for mma.sync). The plan takes it only with the maps. (Its kernel at two
-// blocks per SM, GemmArgs::wg_per_sm, is forced only until measured.)
+// blocks per SM, GemmArgs::wg_per_sm, the plan takes below a wave: gemm_plan.cpp.)
 constexpr int kTokTileTiny = 64;
 // Weight rows ("virtual" rows: gate and up count separately) per block.
 constexpr int kBlockRows = 128;
@@ -55,7 +55,7 @@ struct WgPlan {
 struct WgChoices {
   bool maps = false;     // a stage's weights by tensor maps (wgmma::Args::tma_w): their rates, and the 64-token tile
   bool hybrid = false;   // consider the two-launch hybrid ($QSP_WGMMA_HYBRID; measured no faster, off)
-  bool dense64 = false;  // with maps: consider the 64-token tile at two blocks per SM ($QSP_WGMMA_DENSE64; unmeasured)
+  bool dense64 = false;  // with maps: consider the 64-token tile at two blocks per SM (on unless $QSP_WGMMA_DENSE64=0)
 };
 // wave[i]: blocks that run at once with clusters of 2^i blocks (wave[0] = the
 // SM count; see wgmma::cluster_wave).

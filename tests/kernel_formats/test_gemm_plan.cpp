@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "kernels/gemm_plan.h"
 #include "kernels/pdl.h"
@@ -86,6 +87,23 @@ TEST_CASE("kernel plan: the 64-token tile at two blocks per SM ($QSP_WGMMA_DENSE
   CHECK(g64.per_sm == 2);
   CHECK(g64.bt == 64);
   CHECK(g64.ks == 2);
+  // 8B q / o at M = 64: 64/4 at two per SM (bench_gemm --sweep, H100: 139.0
+  // TFLOPS against 131.7 for 64/2 alone).
+  const WgPlan qo64 = plan_wgmma(64, 4096, 64, false, kWave, dense);
+  CHECK(qo64.per_sm == 2);
+  CHECK(qo64.ks == 4);
+  // From one wave of 128- and 256-token tiles up the single kernels win
+  // (measured: the whole model 3-10% slower at 128-512 tokens when the plan
+  // took it there): never at the measured M >= 128 on the 8B and 0.6B shapes
+  // (a ragged count such as 300 may take it: five 64-token tiles against
+  // three 128-token ones, unmeasured).
+  for (int64_t M : {128, 256, 512, 2048, 8192})
+    for (const auto& s : {std::pair<int64_t, int>{4096, 64}, {1024, 64}, {12288, 64}, {4096, 192}, {2048, 16},
+                          {1024, 16}, {3072, 16}, {1024, 48}})
+      for (bool dual : {false, true}) {
+        INFO("M " << M << " N " << s.first << " KC " << s.second << (dual ? " SwiGLU" : ""));
+        CHECK(plan_wgmma(M, s.first, s.second, dual, kWave, dense).per_sm == 1);
+      }
   // Only the 64-token tile takes it, never without the maps or the switch,
   // and it never makes the estimate worse.
   for (int64_t M : {17, 64, 128, 300, 512, 2048})
