@@ -5,8 +5,9 @@
 //   cublas   the same layers with fp16 weights through cuBLAS (fp32
 //            accumulation), qsp's own norm / RoPE / attention kernels between
 //            them — i.e. what dequantizing the model to fp16 would buy.
-// Synthetic random weights of realistic scale in the shapes of Qwen3-0.6B and
-// Qwen3-8B. Prints ms, tokens/s and effective TOPS (2 x linear parameters x
+// Synthetic weights in the shapes of Qwen3-0.6B and Qwen3-8B: by default the
+// values `qsp synth` writes (Gaussian weights through the reference
+// quantizer; bench_weights.h says why it matters: the clocks). Prints ms, tokens/s and effective TOPS (2 x linear parameters x
 // tokens + causal attention + the LM head once).
 //
 // usage: bench_prefill [--model 0.6b|8b|all] [--type q4_0|q8_0|q4_K|...|q4_k_m|...|all]
@@ -20,6 +21,8 @@
 //                      GPU 0; each against the first entry, e.g. --tp 1,2,4)
 //                      [--profile-range]    (the first timed call of each row inside
 //                      cudaProfilerStart / Stop, for scripts/gpu-profile)
+//                      [--weights realistic|fast]  (fast: random codes, quicker to make,
+//                      ~10% optimistic at 2048 tokens on the H200: bench_weights.h)
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -64,8 +67,8 @@ qsp_context* make_qsp(const Shape& s, const BenchType& bt, uint32_t max_seq, boo
   const auto gen_f32 = [&](uint64_t n, float mean, float sd, uint64_t seed) {
     return generate ? random_f32(n, mean, sd, seed) : std::vector<uint8_t>();
   };
-  const auto gen_quant = [&](int32_t t, uint64_t rows, uint64_t cols, uint64_t seed) {
-    return generate ? random_quant(t, rows, cols, seed) : std::vector<uint8_t>();
+  const auto gen_quant = [&](int32_t t, uint64_t rows, uint64_t cols, uint64_t seed, bool embedding = false) {
+    return generate ? bench_quant(t, rows, cols, seed, embedding) : std::vector<uint8_t>();
   };
   for (uint32_t l = 0; l < s.layers; ++l) {
     std::vector<uint8_t> an = gen_f32(H, 1, 0.2f, ++h), fn = gen_f32(H, 1, 0.2f, ++h);
@@ -98,7 +101,7 @@ qsp_context* make_qsp(const Shape& s, const BenchType& bt, uint32_t max_seq, boo
   // the same shape and cost); a mix's own embedding and head types.
   const int32_t te = bt.of(s.name, "token_embd.weight", H, QSP_DTYPE_Q8_0);
   const int32_t th = bt.of(s.name, "output.weight", H, QSP_DTYPE_Q8_0);
-  std::vector<uint8_t> emb = gen_quant(te, s.vocab, H, ++h);
+  std::vector<uint8_t> emb = gen_quant(te, s.vocab, H, ++h, /*embedding=*/true);
   std::vector<uint8_t> on = gen_f32(H, 1, 0.2f, ++h);
   qsp_tensor e = view(h + 1, te, s.vocab, H, emb);
   QSP_QK(qsp_upload_embedding(ctx, &e));
@@ -108,7 +111,7 @@ qsp_context* make_qsp(const Shape& s, const BenchType& bt, uint32_t max_seq, boo
   o.lm_head = e;
   std::vector<uint8_t> head;
   if (th != te) {
-    head = gen_quant(th, s.vocab, H, ++h);
+    head = gen_quant(th, s.vocab, H, ++h, /*embedding=*/true);
     o.lm_head = view(h + 3, th, s.vocab, H, head);
   }
   QSP_QK(qsp_upload_output(ctx, &o));
@@ -252,8 +255,11 @@ int main(int argc, char** argv) {
     else if (a == "--batch" && i + 1 < argc) batches = split_commas(argv[++i]);
     else if (a == "--tp" && i + 1 < argc) tp = split_commas(argv[++i]);
     else if (a == "--profile-range") g_profile_range = true;
+    else if (a == "--weights" && i + 1 < argc && (std::strcmp(argv[i + 1], "realistic") == 0 ||
+                                                   std::strcmp(argv[i + 1], "fast") == 0))
+      g_weights = std::strcmp(argv[++i], "fast") == 0 ? Weights::kFast : Weights::kRealistic;
     else {
-      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--reps N] [--no-baseline] [--batch 32x128,64x1@512,4x512+60x1@512] [--gguf FILE,...] [--tp 1,2,4,2s] [--profile-range]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--reps N] [--no-baseline] [--batch 32x128,64x1@512,4x512+60x1@512] [--gguf FILE,...] [--tp 1,2,4,2s] [--profile-range] [--weights realistic|fast]\n", argv[0]);
       return 2;
     }
   }
