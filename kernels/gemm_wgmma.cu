@@ -121,8 +121,11 @@ template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB>
 __global__ void __launch_bounds__(kThreads, MinB)
     wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ WMaps wm, const Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  pdl_wait();  // kernels/pdl.h
-  pdl_launch_dependents();
+  // PDL (kernels/pdl.h): the producer issues the weights of its first kS
+  // stages before it waits for the previous kernel (weights are never
+  // written by a pass), then the activations; the consumers wait at once.
+  // So under PDL a block that starts on an SM the previous kernel's tail
+  // left idle has its pipeline filling while that kernel finishes.
   using L = Layout<F, BT, MinB>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int kS = L::kStages;
@@ -155,9 +158,18 @@ __global__ void __launch_bounds__(kThreads, MinB)
       // there. Past the last tile a real one is loaded (its rows are not stored).
       const int by = int(blockIdx.y) + a.y0;
       const int r0 = kDual ? by * 4 : by * kVT;
-      // Stage by stage: the X tile, then load_w(quants, scales, chunk, bar).
+      // Stage by stage: the X tile, then load_w(quants, scales, chunk, bar);
+      // the first kS stages' weights before pdl_wait(), their X tiles after.
       auto produce = [&](auto load_w) {
-        for (int kt = 0; kt < nk; ++kt) {
+        const int pre = min(nk, kS);
+        for (int kt = 0; kt < pre; ++kt) {
+          const uint32_t st = base + kt * L::kStage, bar = full0 + 8 * kt;
+          mbar_expect_tx(bar, L::kTx);
+          load_w(st + L::kXBytes, st + L::kXBytes + L::kQBytes, c0 + kt, bar);
+        }
+        pdl_wait();
+        for (int kt = 0; kt < pre; ++kt) tma_load_2d(base + kt * L::kStage, &xmap, (c0 + kt) * 64, m0, full0 + 8 * kt);
+        for (int kt = pre; kt < nk; ++kt) {
           const int slot = kt % kS;
           if (kt >= kS) mbar_wait(empty0 + 8 * slot, ((kt / kS) - 1) & 1);
           const uint32_t st = base + slot * L::kStage, bar = full0 + 8 * slot;
@@ -223,6 +235,8 @@ __global__ void __launch_bounds__(kThreads, MinB)
   }
 
   // ---- Consumers.
+  pdl_wait();
+  pdl_launch_dependents();
   setmaxnreg_inc<kConsumerRegs<MinB>>();
   const int v = warp;  // the warp's weight tile in the block (4 * warpgroup + warp % 4)
   float acc[BT / 2];
