@@ -82,7 +82,7 @@ constexpr size_t kPdlGemvSmallBytes = size_t(8) << 20;
 
 // THE DEFAULT (QSP_PDL unset), since 2026-12-05: PDL in the passes of up
 // to 16 tokens (the decode step: PdlPass) for every family but the GEMMs
-// and the GEMVs that stream more than 8 MB. Measured on an H100
+// and the GEMVs that stream more than 8 MB; in longer passes for all. Measured on an H100
 // (bench/RESULTS.md, fifteenth session), decode step against no PDL: the
 // small kernels' PDL -1.2% (8B Q4_0), -1.7 / -4.9% (8B Q4_K_M, 1 / 2048
 // cached), -5% (0.6B); the GEMV's PDL -11% on the 0.6B (1-7 MB per GEMV)
@@ -90,9 +90,20 @@ constexpr size_t kPdlGemvSmallBytes = size_t(8) << 20;
 // 7 and 9 MB in those models: the cut itself is not measured).
 constexpr unsigned kPdlDecodeMask = ~0u & ~(1u << int(PdlKernel::kGemm)) & ~(1u << int(PdlKernel::kWgmma)) &
                                     ~(1u << int(PdlKernel::kGemvLarge));
+// And since 2026-12-05 (sixteenth session), in the passes of more than 16
+// tokens (prompt chunks, batched passes) every family, the wgmma GEMM
+// issuing its first stages' weights before its wait (kernels/
+// gemm_wgmma.cu). Measured on an H100, QSP_PDL=1 against 0, same binaries,
+// random codes: 0.6B Q4_0 128 tokens 1.615-1.625 -> 1.519-1.525 ms (-6%),
+// 512 2.381-2.391 -> 2.246-2.259 (-5.5%), 2048 6.69-6.72 -> 6.58-6.62
+// (-1.5%); 8B Q4_0 128 5.749 -> 5.449 (-5.2%), 512 11.95 -> 11.75, 2048
+// 46.34 -> 46.00; the 64-sequence decode step 6.563 -> 6.533. (Before the
+// early weights, waiting first, the ninth session measured 0.6B 128 tokens
+// 8% slower with PDL, 512-2048 1% faster: the overlap is the weights'.)
+constexpr unsigned kPdlPrefillMask = ~0u;
 
 // The families a launch on this thread may give PDL when QSP_PDL is unset:
-// kPdlDecodeMask inside a PdlPass of a decode-sized pass, else none.
+// inside a PdlPass kPdlDecodeMask or kPdlPrefillMask by its size, else none.
 inline unsigned& pdl_pass_mask() {
   static thread_local unsigned mask = 0;
   return mask;
@@ -102,7 +113,7 @@ inline unsigned& pdl_pass_mask() {
 class PdlPass {
  public:
   explicit PdlPass(int64_t tokens) : saved_(pdl_pass_mask()) {
-    pdl_pass_mask() = tokens >= 1 && tokens <= 16 ? kPdlDecodeMask : 0u;
+    pdl_pass_mask() = tokens < 1 ? 0u : tokens <= 16 ? kPdlDecodeMask : kPdlPrefillMask;
   }
   ~PdlPass() { pdl_pass_mask() = saved_; }
   PdlPass(const PdlPass&) = delete;

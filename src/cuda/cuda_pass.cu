@@ -79,7 +79,7 @@ const float* CudaBackend::logits() {
 // graph: one rank).
 void CudaBackend::enqueue(const ModelTensors& w, const PrefillChunk& c, bool capturing) {
   const int32_t n = int32_t(c.n), H = int32_t(cfg_.hidden);
-  // The default PDL of a decode-sized chunk on one device (kernels/pdl.h;
+  // The default PDL of a chunk of n tokens on one device (kernels/pdl.h;
   // what was measured: one GPU).
   const kern::PdlPass pdl(ranks_.size() == 1 ? n : 0);
   std::vector<Acts> acts;

@@ -153,8 +153,9 @@ TEST_CASE("kernel plan: the wgmma hybrid of whole waves and a split rest", "[pla
 }
 
 // The default PDL policy (kernels/pdl.h, QSP_PDL unset): decode-sized passes
-// only, every family but the GEMMs and the GEMVs over 8 MB; nested passes
-// restore the outer one's; outside a pass, none. No GPU needed (host logic).
+// every family but the GEMMs and the GEMVs over 8 MB, longer passes every
+// family; nested passes restore the outer one's; outside a pass and in a
+// pass of several devices, none. No GPU needed (host logic).
 TEST_CASE("kernel plan: the default PDL of a pass (PdlPass)", "[plan][pdl]") {
   using qsp::kern::PdlKernel;
   using qsp::kern::PdlPass;
@@ -169,9 +170,12 @@ TEST_CASE("kernel plan: the default PDL of a pass (PdlPass)", "[plan][pdl]") {
       CHECK(on(k));
     for (PdlKernel k : {PdlKernel::kGemm, PdlKernel::kWgmma, PdlKernel::kGemvLarge}) CHECK_FALSE(on(k));
     {
-      const PdlPass prompt(17);  // a prompt chunk: plain launches
-      CHECK(pdl_pass_mask() == 0u);
+      const PdlPass prompt(17);  // a prompt chunk: every family, the GEMMs too
+      for (int k = 0; k < qsp::kern::kPdlFamilies; ++k) CHECK(on(PdlKernel(k)));
+      const PdlPass chunk(2048);
+      CHECK(on(PdlKernel::kWgmma));
     }
+    CHECK_FALSE(on(PdlKernel::kWgmma));
     CHECK(on(PdlKernel::kGemv));
     const PdlPass sixteen(16);
     CHECK(on(PdlKernel::kAttention));
