@@ -3,6 +3,7 @@
 // QSP_TP_LOCAL_RANKS test mode, src/cuda/cuda_pass.cu: its stand-in for
 // the NCCL all-reduce, adding the ranks' copies in rank order). Memory
 // bound: float4 where the pointers allow, one element per thread otherwise.
+// And add_i32, one int (a position computed on the stream).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -31,7 +32,15 @@ __global__ void add_f32_kernel(float* dst, const float* src, int64_t n, bool vec
   }
 }
 
+__global__ void add_i32_kernel(const int32_t* a, int32_t b, int32_t* out) { *out = *a + b; }
+
 }  // namespace
+
+cudaError_t add_i32(const int32_t* a, int32_t b, int32_t* out, cudaStream_t stream) {
+  if (a == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  add_i32_kernel<<<1, 1, 0, stream>>>(a, b, out);
+  return cudaGetLastError();
+}
 
 cudaError_t add_f32(float* dst, const float* src, int64_t n, cudaStream_t stream) {
   if (n < 0 || (n > 0 && (dst == nullptr || src == nullptr))) return cudaErrorInvalidValue;

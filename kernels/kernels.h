@@ -289,6 +289,10 @@ cudaError_t argmax_rows(const float* v, int32_t n, int64_t ld, int32_t n_rows, i
 // ---- Elementwise add (kernels/add.cu) ---------------------------------------------
 // dst[i] += src[i], i < n (the ranks' residual streams summed on one GPU).
 cudaError_t add_f32(float* dst, const float* src, int64_t n, cudaStream_t stream);
+// *out = *a + b, one int on the device (a position the stream computed:
+// the second half's start when tensor parallelism overlaps its
+// all-reduces, src/cuda/cuda_pass.cu).
+cudaError_t add_i32(const int32_t* a, int32_t b, int32_t* out, cudaStream_t stream);
 
 // ---- Row scatter (kernels/copy_rows.cu) -----------------------------------------
 // dst[r][i] = src[r * ld_src + i], i < cols, r < rows <= 65535; dst: a device

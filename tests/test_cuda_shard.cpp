@@ -369,6 +369,63 @@ TEST_CASE("cuda shard: the NCCL all-reduce path with one rank equals the local s
   qsp_context_destroy(gpu);
 }
 
+// The all-reduces overlapped with the other token half's compute
+// (QSP_TP_OVERLAP=1; on by default only for ranks on several GPUs): with
+// one rank on one GPU the same schedule runs (two halves, the second at
+// position past + the first's length, each block's all-reduce on the comm
+// stream), so the result must equal the plain NCCL path within the GEMMs'
+// reassociation (their plan may tile half a chunk differently): 2e-3, the
+// same greedy token; at the threshold (256 tokens), odd lengths, a chunked
+// prompt whose chunks both overlap, a repeated length (its graph replay,
+// the comm streams forked and joined inside the capture, equals its eager
+// run bit for bit), then decode steps (never overlapped) on the caches the
+// halves wrote.
+TEST_CASE("cuda shard: the all-reduces overlapped with the other half equal the plain NCCL path",
+          "[gpu][shard][nccl]") {
+  QSP_REQUIRE_GPU();
+  ModelSpec spec = qwen3_06b(QSP_DTYPE_Q4_0, 919);
+  spec.vocab = 32000;
+  spec.tied = false;
+  const TestModel m = make_model(spec);
+  if (!nccl_loads()) return;
+  for (uint32_t n : {2u, 4u}) {
+    qsp_context *plain = nullptr, *over = nullptr;
+    {
+      ScopedEnv one("QSP_NCCL_ONE_RANK", "1");
+      ScopedEnv off("QSP_TP_OVERLAP", "0");
+      plain = create_sharded(m, n);
+    }
+    {
+      ScopedEnv one("QSP_NCCL_ONE_RANK", "1");
+      ScopedEnv on("QSP_TP_OVERLAP", "1");
+      over = create_sharded(m, n);
+    }
+    for (const std::vector<uint32_t>& chunks :
+         std::vector<std::vector<uint32_t>>{{256}, {300}, {513}, {1000}, {300, 400}, {513}}) {
+      uint32_t len = 0;
+      for (uint32_t c : chunks) len += c;
+      const std::vector<int32_t> t = random_tokens(len, spec.vocab, 919 + len);
+      for (qsp_context* c : {plain, over}) REQUIRE(qsp_kv_clear(c) == QSP_OK);
+      const Logits a = run(plain, t, chunks), b = run(over, t, chunks);
+      INFO(n << " shards, " << len << " tokens in " << chunks.size() << " chunks");
+      check_close(b, a, kTol);
+      if (chunks.size() == 1) {  // again: the graph of this length, against its eager run above
+        REQUIRE(qsp_kv_clear(over) == QSP_OK);
+        CHECK(bit_equal(run(over, t, chunks).v, b.v));
+      }
+    }
+    Logits ra = run(plain, {7}, {1}), rb = run(over, {7}, {1});
+    for (int step = 0; step < 3; ++step) {
+      INFO(n << " shards, decode step " << step);
+      check_close(rb, ra, kTol);
+      ra = run(plain, {ra.greedy}, {1});
+      rb = run(over, {ra.greedy}, {1});
+    }
+    qsp_context_destroy(over);
+    qsp_context_destroy(plain);
+  }
+}
+
 // The real thing: a shard per GPU, NCCL all-reduces between them, against
 // the unsplit model on GPU 0 (<= 2e-3, the same greedy token), for as many
 // of 2, 4 and 8 GPUs as the machine has; prompts, chunks, decode steps, and

@@ -75,6 +75,21 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Partition& part, const st
     init_nccl();
   }
   reduce_ = local_ranks_ || ranks_[0]->comm != nullptr;
+  // The overlapped all-reduces (tp_overlapped): their streams and events.
+  const char* ov = std::getenv("QSP_TP_OVERLAP");
+  tp_overlap_ = ranks_[0]->comm != nullptr && (ov ? std::strcmp(ov, "0") != 0 && *ov : n_ranks > 1);
+  if (tp_overlap_) {
+    for (auto& r : ranks_) {
+      QSP_CUDA_CHECK(cudaSetDevice(r->dev));
+      QSP_CUDA_CHECK(cudaStreamCreateWithFlags(&r->comm_stream_holder.s, cudaStreamNonBlocking));
+      r->comm_stream = r->comm_stream_holder.s;
+      for (int h = 0; h < 2; ++h) {
+        QSP_CUDA_CHECK(cudaEventCreateWithFlags(&r->ready[h].e, cudaEventDisableTiming));
+        QSP_CUDA_CHECK(cudaEventCreateWithFlags(&r->done[h].e, cudaEventDisableTiming));
+      }
+    }
+    QSP_CUDA_CHECK(cudaSetDevice(ranks_[0]->dev));
+  }
   h_logits_.alloc(size_t(cfg.vocab) * sizeof(float), "logits");
 }
 
@@ -212,8 +227,9 @@ void CudaBackend::init_rank(Rank& r) {
   r.att.alloc(C * Q * sizeof(__half), "attention output");
   r.act.alloc(C * F * sizeof(__half), "SwiGLU output");
   r.logits.alloc(size_t(r.vocab_end - r.vocab_begin) * sizeof(float), "logits");
-  // [0] past, [1] argmax, [2 .. 2 + C) tokens.
-  r.small.alloc((2 + C) * sizeof(int32_t), "positions/tokens");
+  // [0] past, [1] argmax, [2 .. 2 + C) tokens, [2 + C] the second token
+  // half's past (tp_overlapped).
+  r.small.alloc((3 + C) * sizeof(int32_t), "positions/tokens");
   r.attn_scratch_bytes = kern::attention_scratch_bytes(int32_t(C), sh_heads_, int32_t(cfg.head_dim),
                                                        int32_t(cfg.max_seq));
   if (r.attn_scratch_bytes) r.attn_scratch.alloc(r.attn_scratch_bytes, "attention scratch");

@@ -114,6 +114,10 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     Stream stream_holder;  // declared before the buffers: destroyed after them
     cudaStream_t stream = nullptr;
+    // The all-reduces' own stream where they overlap the other half's
+    // compute (tp_overlap_; null otherwise).
+    Stream comm_stream_holder;
+    cudaStream_t comm_stream = nullptr;
     DeviceBuffer k_cache, v_cache;
     DeviceBuffer x, xn, qkv, q, att, act, logits, small, attn_scratch;
     size_t attn_scratch_bytes = 0;
@@ -127,6 +131,10 @@ class CudaBackend final : public Backend {
         if (e) cudaEventDestroy(e);
       }
     } reduced;
+    // tp_overlap_: per token half h, ready[h] on `stream` when the half's
+    // block is done (its partial sums in x), done[h] on comm_stream when its
+    // all-reduce is.
+    Event ready[2], done[2];
     // Weight upload (ensure_staging): released after the destructor
     // synchronized the stream (every upload synchronizes before it returns).
     std::shared_ptr<UploadStaging> staging;
@@ -231,6 +239,19 @@ class CudaBackend final : public Backend {
   }
   void all_reduce(const Acts* acts, int32_t n);
   void local_all_reduce(const Acts* acts, int32_t n);
+  // Tensor parallelism with the all-reduces overlapped (tp_overlap_): a
+  // single context's chunk of at least kTpOverlapMin tokens runs as two
+  // token halves, the second at position past + its first's length (like
+  // a chunked prompt), each block of each half followed by its all-reduce
+  // on the comm stream while the compute stream runs the other half.
+  static constexpr int32_t kTpOverlapMin = 256;
+  bool tp_overlapped(int32_t n, const KvTarget* kvs) const {
+    return tp_overlap_ && ranks_[0]->comm_stream && !kvs[0].seqs && n >= kTpOverlapMin && !norm_in(n);
+  }
+  void enqueue_layers_overlapped(const ModelTensors& w, int32_t n, const Acts* acts, const KvTarget* kvs);
+  // The NCCL all-reduce of rows [row0, row0 + rows) of every rank's
+  // residual stream, on the comm streams.
+  void all_reduce_rows(const Acts* acts, int32_t row0, int32_t rows);
   void enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n, const Acts& a,
                          const KvTarget& kv, const InNorm* in = nullptr);
   void lm_head(const ModelTensors& w, const Rank& r, const __half* xn, int32_t M, float* out, int32_t ldo);
@@ -266,6 +287,9 @@ class CudaBackend final : public Backend {
   bool nccl_warm_ = false;  // an eager chunk ran: the communicators are connected
   bool local_ranks_ = false;  // QSP_TP_LOCAL_RANKS: a rank per shard on one device
   bool reduce_ = false;       // the ranks' residual copies are summed (NCCL or local_ranks_)
+  // QSP_TP_OVERLAP: unset, on for ranks on several devices through NCCL;
+  // "0" off; "1" also for QSP_NCCL_ONE_RANK's one rank (a test aid).
+  bool tp_overlap_ = false;
   // Per rank, its device's batch space, set when this context first leads a batch.
   std::vector<std::shared_ptr<BatchSpace>> batch_spaces_;
   UploadStats upload_stats_;

@@ -1,6 +1,7 @@
 // The CUDA backend, one context's chunk: every layer on every rank's stream,
 // the all-reduces, the LM head and its argmax, replayed from a CUDA graph
 // for a repeated chunk shape (src/cuda/cuda_backend.h has the design).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -147,6 +148,10 @@ void CudaBackend::pick_greedy() {
 // (the residual stream): per block, each rank's shards in turn, then the
 // all-reduce across ranks.
 void CudaBackend::enqueue_layers(const ModelTensors& w, int32_t n, const Acts* acts, const KvTarget* kvs) {
+  if (tp_overlapped(n, kvs)) {
+    enqueue_layers_overlapped(w, n, acts, kvs);
+    return;
+  }
   const ModelConfig& m = cfg_;
   const int32_t H = int32_t(m.hidden);
   // With norm_in, the Q | K | V and gate | up GEMVs form their input's
@@ -195,6 +200,99 @@ void CudaBackend::all_reduce(const Acts* acts, int32_t n) {
   for (size_t i = 0; i < ranks_.size(); ++i) {
     Rank& r = *ranks_[i];
     const int e = lib.all_reduce(acts[i].x, acts[i].x, count, kNcclFloat32, kNcclSum, r.comm, r.stream);
+    if (e != 0 && result == 0) result = e;
+  }
+  const int end = lib.group_end();
+  nccl_check(result ? result : end, "ncclAllReduce");
+}
+
+// The layers as two token halves, [0, nA) and [nA, n), each block of each
+// half followed by its all-reduce on the rank's comm stream, which overlaps
+// the compute stream's next block of the other half:
+//   compute: attn(A) attn(B) | ffn(A) ffn(B) | attn(A) ...
+//   comm:           AR(A)  AR(B)    AR(A)  AR(B) ...
+// A half's next block waits for its own all-reduce only (done[h]); the comm
+// stream takes a half's rows once its block is done (ready[h]). Half B runs
+// as a chunk at position past + nA, after A's keys and values are in the
+// cache (the same stream), exactly as a chunked prompt; the FFN and the
+// projections are per token. The two halves use disjoint rows of every
+// activation buffer. A graph capture forks the comm streams off and joins
+// them back through the same events (the first wait of each half comes
+// after a record of this pass). Measured nowhere yet (no machine of several
+// GPUs was lent): the point is issue 19's 1.7x on 2 GPUs at 8192 tokens,
+// where each all-reduce moves n x hidden floats (134 MB per block at 4096
+// tokens of the 8B) while a block computes for a few ms.
+void CudaBackend::enqueue_layers_overlapped(const ModelTensors& w, int32_t n, const Acts* acts,
+                                            const KvTarget* kvs) {
+  const ModelConfig& m = cfg_;
+  const int32_t H = int32_t(m.hidden), Q = sh_q_, F = sh_ffn_;
+  // Halves on 64-token boundaries (the GEMMs' token tiles).
+  const int32_t nA = std::min(n - 1, (n / 2 + 63) / 64 * 64), rows[2] = {nA, n - nA};
+  std::vector<Acts> half[2];
+  std::vector<KvTarget> kv[2];
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    Rank& r = *ranks_[i];
+    on_device(r);
+    const Acts& a = acts[i];
+    half[0].push_back(a);
+    half[1].push_back(Acts{a.x + size_t(nA) * H, a.xn + size_t(nA) * H, a.qkv + size_t(nA) * qkv_ld_,
+                           a.q + size_t(nA) * Q, a.att + size_t(nA) * Q, a.act + size_t(nA) * F, a.attn_scratch,
+                           a.attn_scratch_bytes});
+    kv[0].push_back(kvs[i]);
+    KvTarget b = kvs[i];
+    int32_t* past_b = as<int32_t>(r.small) + 2 + chunk_;  // [2 + C]: init_rank
+    QSP_CUDA_CHECK(kern::add_i32(kvs[i].past, nA, past_b, r.stream));
+    b.past = past_b;
+    kv[1].push_back(b);
+  }
+  // Block `ffn` of half h on every rank after that half's last all-reduce
+  // (none before the first layer's attention), then the half's all-reduce.
+  const auto block = [&](const LayerTensors& L, uint32_t l, bool ffn, int h) {
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      Rank& r = *ranks_[i];
+      const Acts& a = half[h][i];
+      on_device(r);
+      if (l > 0 || ffn) QSP_CUDA_CHECK(cudaStreamWaitEvent(r.stream, r.done[h].e, 0));
+      QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[ffn ? kFfnNorm : kAttnNorm], r.first), a.xn, rows[h], H,
+                                       m.rms_eps, r.stream));
+      for (uint32_t s = r.first; s < r.first + r.count; ++s) {
+        if (!ffn) {
+          enqueue_attention(L, l, r, s, rows[h], a, kv[h][i]);
+          continue;
+        }
+        gemm(r.stream, a.xn, H, rows[h], W(L[kWGate], s), &W(L[kWUp], s), kern::Epilogue::kSwiGLU, a.act, nullptr,
+             F);
+        gemm(r.stream, a.act, F, rows[h], W(L[kWDown], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
+      }
+      QSP_CUDA_CHECK(cudaEventRecord(r.ready[h].e, r.stream));
+      QSP_CUDA_CHECK(cudaStreamWaitEvent(r.comm_stream, r.ready[h].e, 0));
+    }
+    all_reduce_rows(acts, h ? nA : 0, rows[h]);
+    for (auto& rp : ranks_) {
+      on_device(*rp);
+      QSP_CUDA_CHECK(cudaEventRecord(rp->done[h].e, rp->comm_stream));
+    }
+  };
+  for (uint32_t l = 0; l < m.n_layers; ++l)
+    for (bool ffn : {false, true})
+      for (int h = 0; h < 2; ++h) block(w.layers[l], l, ffn, h);
+  // The residual complete (the LM head reads its last row) and, under
+  // capture, the comm streams joined back.
+  for (auto& rp : ranks_) {
+    on_device(*rp);
+    for (int h = 0; h < 2; ++h) QSP_CUDA_CHECK(cudaStreamWaitEvent(rp->stream, rp->done[h].e, 0));
+  }
+}
+
+void CudaBackend::all_reduce_rows(const Acts* acts, int32_t row0, int32_t rows) {
+  const NcclLib& lib = *nccl_;
+  const size_t count = size_t(rows) * cfg_.hidden;
+  nccl_check(lib.group_start(), "ncclGroupStart");
+  int result = 0;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    Rank& r = *ranks_[i];
+    float* x = acts[i].x + size_t(row0) * cfg_.hidden;
+    const int e = lib.all_reduce(x, x, count, kNcclFloat32, kNcclSum, r.comm, r.comm_stream);
     if (e != 0 && result == 0) result = e;
   }
   const int end = lib.group_end();
