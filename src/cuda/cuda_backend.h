@@ -250,8 +250,8 @@ class CudaBackend final : public Backend {
   }
   void enqueue_layers_overlapped(const ModelTensors& w, int32_t n, const Acts* acts, const KvTarget* kvs);
   // The NCCL all-reduce of rows [row0, row0 + rows) of every rank's
-  // residual stream, on the comm streams.
-  void all_reduce_rows(const Acts* acts, int32_t row0, int32_t rows);
+  // residual stream, on the ranks' comm streams or their own.
+  void all_reduce_rows(const Acts* acts, int32_t row0, int32_t rows, bool comm_stream);
   void enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n, const Acts& a,
                          const KvTarget& kv, const InNorm* in = nullptr);
   void lm_head(const ModelTensors& w, const Rank& r, const __half* xn, int32_t M, float* out, int32_t ldo);

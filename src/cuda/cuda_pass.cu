@@ -192,18 +192,7 @@ void CudaBackend::all_reduce(const Acts* acts, int32_t n) {
     local_all_reduce(acts, n);
     return;
   }
-  if (!ranks_[0]->comm) return;
-  const NcclLib& lib = *nccl_;
-  const size_t count = size_t(n) * cfg_.hidden;
-  nccl_check(lib.group_start(), "ncclGroupStart");
-  int result = 0;
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    Rank& r = *ranks_[i];
-    const int e = lib.all_reduce(acts[i].x, acts[i].x, count, kNcclFloat32, kNcclSum, r.comm, r.stream);
-    if (e != 0 && result == 0) result = e;
-  }
-  const int end = lib.group_end();
-  nccl_check(result ? result : end, "ncclAllReduce");
+  if (ranks_[0]->comm) all_reduce_rows(acts, 0, n, /*comm_stream=*/false);
 }
 
 // The layers as two token halves, [0, nA) and [nA, n), each block of each
@@ -267,7 +256,7 @@ void CudaBackend::enqueue_layers_overlapped(const ModelTensors& w, int32_t n, co
       QSP_CUDA_CHECK(cudaEventRecord(r.ready[h].e, r.stream));
       QSP_CUDA_CHECK(cudaStreamWaitEvent(r.comm_stream, r.ready[h].e, 0));
     }
-    all_reduce_rows(acts, h ? nA : 0, rows[h]);
+    all_reduce_rows(acts, h ? nA : 0, rows[h], /*comm_stream=*/true);
     for (auto& rp : ranks_) {
       on_device(*rp);
       QSP_CUDA_CHECK(cudaEventRecord(rp->done[h].e, rp->comm_stream));
@@ -284,7 +273,7 @@ void CudaBackend::enqueue_layers_overlapped(const ModelTensors& w, int32_t n, co
   }
 }
 
-void CudaBackend::all_reduce_rows(const Acts* acts, int32_t row0, int32_t rows) {
+void CudaBackend::all_reduce_rows(const Acts* acts, int32_t row0, int32_t rows, bool comm_stream) {
   const NcclLib& lib = *nccl_;
   const size_t count = size_t(rows) * cfg_.hidden;
   nccl_check(lib.group_start(), "ncclGroupStart");
@@ -292,7 +281,8 @@ void CudaBackend::all_reduce_rows(const Acts* acts, int32_t row0, int32_t rows) 
   for (size_t i = 0; i < ranks_.size(); ++i) {
     Rank& r = *ranks_[i];
     float* x = acts[i].x + size_t(row0) * cfg_.hidden;
-    const int e = lib.all_reduce(x, x, count, kNcclFloat32, kNcclSum, r.comm, r.comm_stream);
+    const cudaStream_t stream = comm_stream ? r.comm_stream : r.stream;
+    const int e = lib.all_reduce(x, x, count, kNcclFloat32, kNcclSum, r.comm, stream);
     if (e != 0 && result == 0) result = e;
   }
   const int end = lib.group_end();
