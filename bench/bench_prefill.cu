@@ -7,8 +7,9 @@
 //            them — i.e. what dequantizing the model to fp16 would buy.
 // Synthetic weights in the shapes of Qwen3-0.6B and Qwen3-8B: by default the
 // values `qsp synth` writes (Gaussian weights through the reference
-// quantizer; bench_weights.h says why it matters: the clocks). Prints ms, tokens/s and effective TOPS (2 x linear parameters x
-// tokens + causal attention + the LM head once).
+// quantizer; bench_weights.h says why it matters: the clocks). Prints ms,
+// tokens/s and effective TOPS (2 x linear parameters x tokens + causal
+// attention + the LM head once).
 //
 // usage: bench_prefill [--model 0.6b|8b|all] [--type q4_0|q8_0|q4_K|...|q4_k_m|...|all]
 //                      [--tokens 1,128,512,2048,8192] [--reps N] [--no-baseline]
