@@ -26,6 +26,10 @@
 namespace bench {
 namespace {
 
+// Gaussian weights (Box-Muller on two 24-bit uniforms of one hash), as the
+// trained models' and as the qsp rows' values before quantization
+// (bench_weights.h): the tensor cores' power, and so the clocks, depend on
+// the values (bench/RESULTS.md, sixteenth session).
 __global__ void fill_half(__half* p, size_t n, float sd, uint64_t seed) {
   size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   for (; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -33,8 +37,8 @@ __global__ void fill_half(__half* p, size_t n, float sd, uint64_t seed) {
     x ^= x >> 31;
     x *= 0xBF58476D1CE4E5B9ull;
     x ^= x >> 29;
-    const float u = float(x & 0xffffff) / 16777216.0f - 0.5f;  // uniform, sd = 1/sqrt(12)
-    p[i] = __float2half(u * sd * 3.4641f);
+    const float u1 = (float(x & 0xffffff) + 0.5f) / 16777216.0f, u2 = float((x >> 24) & 0xffffff) / 16777216.0f;
+    p[i] = __float2half(sd * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2));
   }
 }
 __global__ void fill_float(float* p, size_t n, float mean, float sd, uint64_t seed) {
