@@ -31,10 +31,12 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/quant.h"
 #include "formats/format.h"
+#include "formats/quant_util.h"
 #include "qsp/qsp.h"
 
 namespace {
@@ -525,3 +527,97 @@ TEST_CASE("formats 1.1: golden hashes of the reference quantizers", "[formats]")
     REQUIRE(quantize(g.t, x) == q);
   }
 }
+
+// ---- The four-lane search ------------------------------------------------------
+
+#if defined(QSP_QUANT_SSE2)
+// make_qkx2_quants_x4 and make_qx_quants_x4 (the K-quant quantizers' SSE
+// forms) against four calls of the scalar functions, bit for bit: levels,
+// scale and min, for Q4_K's (32, nmax 15, 20 steps), Q5_K's (31, 15 steps),
+// Q2_K's shape (16, nmax 3, use_mad) and Q6_K's (16, nmax 32), on
+// weight-like groups and degenerate ones (all zero, constant, one-signed, a
+// lone outlier, subnormal, huge, two values).
+TEST_CASE("formats 1.1: the four-lane make_qkx2_quants and make_qx_quants equal the scalar ones", "[formats]") {
+  using qsp::fmt::qutil::make_qkx2_quants;
+  using qsp::fmt::qutil::make_qkx2_quants_x4;
+  const std::vector<float> base = golden_input(4242, 48);
+  Rng r(99);
+  int checked = 0;
+  const auto run = [&](auto n_tag, int nmax, float rmin, float rdelta, int nstep, bool mad) {
+    constexpr int N = decltype(n_tag)::value;
+    for (size_t g0 = 0; g0 + 4 * N <= base.size(); g0 += 4 * N) {
+      float x[4][N], w[4][N];
+      for (int j = 0; j < 4; ++j) {
+        for (int i = 0; i < N; ++i) x[j][i] = base[g0 + size_t(j) * N + i];
+        switch ((g0 / (4 * N) + size_t(j)) % 9) {  // degenerate groups among the typical ones
+          case 1: for (float& v : x[j]) v = 0.0f; break;
+          case 2: for (float& v : x[j]) v = -0.25f; break;
+          case 3: for (float& v : x[j]) v = std::fabs(v) + 1e-3f; break;
+          case 4: for (float& v : x[j]) v = 0.0f; x[j][N / 3] = 3.0f; break;
+          case 5: for (float& v : x[j]) v *= 1e-38f; break;
+          case 6: for (float& v : x[j]) v *= 1e30f; break;
+          case 7: for (int i = 0; i < N; ++i) x[j][i] = (r.next() & 1) ? 0.5f : -0.125f; break;
+          default: break;
+        }
+        float sum_x2 = 0;
+        for (float v : x[j]) sum_x2 += v * v;
+        const float av = std::sqrt(sum_x2 / N);
+        for (int i = 0; i < N; ++i) w[j][i] = mad ? std::fabs(x[j][i]) : av + std::fabs(x[j][i]);
+      }
+      uint8_t L4[4][N], L1[N], aux[N];
+      const float* const xs[4] = {x[0], x[1], x[2], x[3]};
+      const float* const ws[4] = {w[0], w[1], w[2], w[3]};
+      uint8_t* const Ls[4] = {L4[0], L4[1], L4[2], L4[3]};
+      float sc[4], mn[4];
+      make_qkx2_quants_x4<N>(nmax, xs, ws, Ls, sc, mn, rmin, rdelta, nstep, mad);
+      for (int j = 0; j < 4; ++j) {
+        float m1 = 0;
+        const float s1 = make_qkx2_quants(N, nmax, x[j], w[j], L1, &m1, aux, rmin, rdelta, nstep, mad);
+        INFO("group " << g0 / N + size_t(j) << " of " << N << ", nmax " << nmax);
+        CHECK(std::memcmp(&s1, &sc[j], 4) == 0);
+        CHECK(std::memcmp(&m1, &mn[j], 4) == 0);
+        CHECK(std::memcmp(L1, L4[j], N) == 0);
+        ++checked;
+      }
+    }
+  };
+  run(std::integral_constant<int, 32>{}, 15, -1.0f, 0.1f, 20, false);
+  run(std::integral_constant<int, 32>{}, 31, -0.5f, 0.1f, 15, false);
+  run(std::integral_constant<int, 16>{}, 3, -0.5f, 0.1f, 15, true);
+  CHECK(checked == 2 * 384 + 768);
+  // Q6_K's make_qx_quants (16, nmax 32) the same way, on the same kinds of group.
+  int qx = 0;
+  for (size_t g0 = 0; g0 + 64 <= base.size(); g0 += 64) {
+    float x[4][16];
+    for (int j = 0; j < 4; ++j) {
+      for (int i = 0; i < 16; ++i) x[j][i] = base[g0 + size_t(j) * 16 + i];
+      switch ((g0 / 64 + size_t(j)) % 8) {
+        case 1: for (float& v : x[j]) v = 0.0f; break;
+        case 2: for (float& v : x[j]) v = -0.25f; break;
+        case 3: for (float& v : x[j]) v = 1e-16f; break;  // below GGML's group epsilon
+        case 4: for (float& v : x[j]) v = 0.0f; x[j][5] = -3.0f; break;
+        case 5: for (float& v : x[j]) v *= 1e30f; break;
+        case 6: for (int i = 0; i < 16; ++i) x[j][i] = (i & 1) ? 0.5f : -0.5f; break;
+        default: break;
+      }
+    }
+    int8_t L4[4][16], L1[16];
+    const float* const xs[4] = {x[0], x[1], x[2], x[3]};
+    int8_t* const Ls[4] = {L4[0], L4[1], L4[2], L4[3]};
+    float sc[4];
+    qsp::fmt::qutil::make_qx_quants_x4<16>(32, xs, Ls, sc);
+    for (int j = 0; j < 4; ++j) {
+      const float s1 = qsp::fmt::qutil::make_qx_quants(16, 32, x[j], L1);
+      INFO("Q6_K group " << g0 / 16 + size_t(j));
+      CHECK(std::memcmp(&s1, &sc[j], 4) == 0);
+      CHECK(std::memcmp(L1, L4[j], 16) == 0);
+      ++qx;
+    }
+  }
+  CHECK(qx == 768);
+}
+#else
+TEST_CASE("formats 1.1: the four-lane make_qkx2_quants and make_qx_quants equal the scalar ones", "[formats]") {
+  WARN("SKIPPED: no SSE2 on this target: the K-quant quantizers run the scalar searches only");
+}
+#endif

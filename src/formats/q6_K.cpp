@@ -44,8 +44,18 @@ void quantize(const float* x, void* dst, uint64_t n) {
   float scales[16];
   for (uint64_t k = 0; k < n / kQK; ++k, x += kQK) {
     float max_scale = 0, max_abs_scale = 0;
+#if defined(QSP_QUANT_SSE2)
+    for (int j0 = 0; j0 < 16; j0 += 4) {
+      const float* const xs[4] = {x + 16 * j0, x + 16 * (j0 + 1), x + 16 * (j0 + 2), x + 16 * (j0 + 3)};
+      int8_t* const Ls[4] = {L + 16 * j0, L + 16 * (j0 + 1), L + 16 * (j0 + 2), L + 16 * (j0 + 3)};
+      float sc[4];
+      qutil::make_qx_quants_x4<16>(32, xs, Ls, sc);
+      for (int k = 0; k < 4; ++k) scales[j0 + k] = sc[k];
+    }
+#else
+    for (int j = 0; j < 16; ++j) scales[j] = qutil::make_qx_quants(16, 32, x + 16 * j, L + 16 * j);
+#endif
     for (int j = 0; j < 16; ++j) {
-      scales[j] = qutil::make_qx_quants(16, 32, x + 16 * j, L + 16 * j);
       const float abs_scale = std::fabs(scales[j]);
       if (abs_scale > max_abs_scale) { max_abs_scale = abs_scale; max_scale = scales[j]; }
     }

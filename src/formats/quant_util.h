@@ -23,6 +23,11 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define QSP_QUANT_SSE2 1  // make_qkx2_quants_x4 below (x86-64: always)
+#endif
+
 #include "common/quant.h"
 
 namespace qsp {
@@ -124,6 +129,110 @@ inline float make_qkx2_quants(int n, int nmax, const float* x, const float* weig
   return scale;
 }
 
+#if defined(QSP_QUANT_SSE2)
+// Per-lane forms of the scalar code's pieces: `m ? a : b`, and nearest_int.
+inline __m128 sse_blend(__m128 m, __m128 a, __m128 b) { return _mm_or_ps(_mm_and_ps(m, a), _mm_andnot_ps(m, b)); }
+inline __m128i sse_blendi(__m128i m, __m128i a, __m128i b) {
+  return _mm_or_si128(_mm_and_si128(m, a), _mm_andnot_si128(m, b));
+}
+inline __m128i sse_nearest_int(__m128 v) {
+  const __m128 s = _mm_add_ps(v, _mm_set1_ps(12582912.0f));
+  return _mm_sub_epi32(_mm_and_si128(_mm_castps_si128(s), _mm_set1_epi32(0x007fffff)), _mm_set1_epi32(0x00400000));
+}
+
+// make_qkx2_quants of four groups at once, one per SSE lane (the K-quant
+// quantizers' hot loop: `qsp synth` and bench_prefill's weights spend most
+// of their time there). Each lane runs the scalar function's operations in
+// its order, the same IEEE single-precision adds, multiplies and divides,
+// no fused multiply-add; the scalar branches are per-lane blends: so each
+// group's levels, scale and min are the scalar function's bit for bit
+// (tests/test_formats_blocks.cpp compares them on random and degenerate
+// groups). For nstep >= 1. N: the group size (16 or 32).
+template <int N>
+inline void make_qkx2_quants_x4(int nmax, const float* const (&x)[4], const float* const (&weights)[4],
+                                uint8_t* const (&L)[4], float (&scale_out)[4], float (&neg_min)[4], float rmin,
+                                float rdelta, int nstep, bool use_mad) {
+  __m128 xv[N], wv[N];
+  for (int i = 0; i < N; ++i) {
+    xv[i] = _mm_setr_ps(x[0][i], x[1][i], x[2][i], x[3][i]);
+    wv[i] = _mm_setr_ps(weights[0][i], weights[1][i], weights[2][i], weights[3][i]);
+  }
+  const __m128 zero = _mm_setzero_ps(), abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+  const __m128i inmax = _mm_set1_epi32(nmax);
+  const auto blend = sse_blend;
+  const auto blendi = sse_blendi;
+  // nearest_int, then clamped to [0, nmax] (as ints; SSE2 has no min_epi32).
+  const auto level = [&](__m128 v) {
+    const __m128i l = sse_nearest_int(v);
+    const __m128i z = _mm_setzero_si128();
+    return blendi(_mm_cmpgt_epi32(l, inmax), inmax, blendi(_mm_cmplt_epi32(l, z), z, l));
+  };
+  const auto err = [&](__m128 d) { return use_mad ? _mm_and_ps(d, abs_mask) : _mm_mul_ps(d, d); };
+  __m128 mn = xv[0], mx = xv[0], sum_w = wv[0], sum_x = _mm_mul_ps(wv[0], xv[0]);
+  for (int i = 1; i < N; ++i) {
+    mn = blend(_mm_cmplt_ps(xv[i], mn), xv[i], mn);
+    mx = blend(_mm_cmpgt_ps(xv[i], mx), xv[i], mx);
+    sum_w = _mm_add_ps(sum_w, wv[i]);
+    sum_x = _mm_add_ps(sum_x, _mm_mul_ps(wv[i], xv[i]));
+  }
+  mn = blend(_mm_cmpgt_ps(mn, zero), zero, mn);
+  // Flat lanes (max == min): all levels 0, scale 0, min as it is now.
+  const __m128 flat = _mm_cmpeq_ps(mx, mn), flat_min = mn;
+  __m128 iscale = _mm_div_ps(_mm_set1_ps(float(nmax)), _mm_sub_ps(mx, mn));
+  __m128 scale = _mm_div_ps(_mm_set1_ps(1.0f), iscale);
+  __m128i Lv[N], La[N];
+  __m128 best = zero;
+  for (int i = 0; i < N; ++i) {
+    Lv[i] = level(_mm_mul_ps(iscale, _mm_sub_ps(xv[i], mn)));
+    const __m128 diff = _mm_sub_ps(_mm_add_ps(_mm_mul_ps(scale, _mm_cvtepi32_ps(Lv[i])), mn), xv[i]);
+    best = _mm_add_ps(best, _mm_mul_ps(wv[i], err(diff)));
+  }
+  for (int is = 0; is <= nstep; ++is) {
+    // (max - min with the min of the best fit so far, as GGML does)
+    iscale = _mm_div_ps(_mm_set1_ps(rmin + rdelta * float(is) + float(nmax)), _mm_sub_ps(mx, mn));
+    __m128 sum_l = zero, sum_l2 = zero, sum_xl = zero;
+    for (int i = 0; i < N; ++i) {
+      La[i] = level(_mm_mul_ps(iscale, _mm_sub_ps(xv[i], mn)));
+      const __m128 fl = _mm_cvtepi32_ps(La[i]), wl = _mm_mul_ps(wv[i], fl);
+      sum_l = _mm_add_ps(sum_l, wl);
+      sum_l2 = _mm_add_ps(sum_l2, _mm_mul_ps(wl, fl));
+      sum_xl = _mm_add_ps(sum_xl, _mm_mul_ps(wl, xv[i]));
+    }
+    const __m128 D = _mm_sub_ps(_mm_mul_ps(sum_w, sum_l2), _mm_mul_ps(sum_l, sum_l));
+    __m128 this_scale = _mm_div_ps(_mm_sub_ps(_mm_mul_ps(sum_w, sum_xl), _mm_mul_ps(sum_x, sum_l)), D);
+    __m128 this_min = _mm_div_ps(_mm_sub_ps(_mm_mul_ps(sum_l2, sum_x), _mm_mul_ps(sum_l, sum_xl)), D);
+    const __m128 pos = _mm_cmpgt_ps(this_min, zero);
+    this_min = blend(pos, zero, this_min);
+    this_scale = blend(pos, _mm_div_ps(sum_xl, sum_l2), this_scale);
+    __m128 cur = zero;
+    for (int i = 0; i < N; ++i) {
+      const __m128 diff =
+          _mm_sub_ps(_mm_add_ps(_mm_mul_ps(this_scale, _mm_cvtepi32_ps(La[i])), this_min), xv[i]);
+      cur = _mm_add_ps(cur, _mm_mul_ps(wv[i], err(diff)));
+    }
+    const __m128 take = _mm_and_ps(_mm_cmpgt_ps(D, zero), _mm_cmplt_ps(cur, best));
+    const __m128i takei = _mm_castps_si128(take);
+    for (int i = 0; i < N; ++i) Lv[i] = blendi(takei, La[i], Lv[i]);
+    best = blend(take, cur, best);
+    scale = blend(take, this_scale, scale);
+    mn = blend(take, this_min, mn);
+  }
+  alignas(16) float sc[4], m[4];
+  alignas(16) int32_t l[4];
+  _mm_store_ps(sc, blend(flat, zero, scale));
+  _mm_store_ps(m, blend(flat, flat_min, mn));
+  const int flat_bits = _mm_movemask_ps(flat);
+  for (int j = 0; j < 4; ++j) {
+    scale_out[j] = sc[j];
+    neg_min[j] = -m[j];
+  }
+  for (int i = 0; i < N; ++i) {
+    _mm_store_si128(reinterpret_cast<__m128i*>(l), Lv[i]);
+    for (int j = 0; j < 4; ++j) L[j][i] = (flat_bits >> j & 1) ? 0 : uint8_t(l[j]);
+  }
+}
+#endif
+
 // GGML's make_qx_quants with rmse_type 1 and no importance weights (the form
 // quantize_row_q6_K_ref uses): symmetric levels L[i] = l + nmax, l in
 // [-nmax, nmax - 1], x ~ scale * l, weights x^2, trying 19 scales
@@ -169,6 +278,72 @@ inline float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
   return scale;
 }
 
+#if defined(QSP_QUANT_SSE2)
+// make_qx_quants of four groups at once, one per SSE lane, bit for bit the
+// scalar function's (as make_qkx2_quants_x4; Q6_K's search).
+template <int N>
+inline void make_qx_quants_x4(int nmax, const float* const (&x)[4], int8_t* const (&L)[4], float (&scale_out)[4]) {
+  __m128 xv[N], wx[N];
+  for (int i = 0; i < N; ++i) {
+    xv[i] = _mm_setr_ps(x[0][i], x[1][i], x[2][i], x[3][i]);
+    wx[i] = _mm_mul_ps(_mm_mul_ps(xv[i], xv[i]), xv[i]);  // w * x, w = x * x
+  }
+  const __m128 zero = _mm_setzero_ps(), abs_mask = _mm_castsi128_ps(_mm_set1_epi32(0x7fffffff));
+  const __m128i lo = _mm_set1_epi32(-nmax), hi = _mm_set1_epi32(nmax - 1);
+  const auto blend = sse_blend;
+  const auto blendi = sse_blendi;
+  const auto level = [&](__m128 v) {  // clamp(nearest_int(v))
+    const __m128i l = sse_nearest_int(v);
+    return blendi(_mm_cmpgt_epi32(l, hi), hi, blendi(_mm_cmplt_epi32(l, lo), lo, l));
+  };
+  __m128 amax = zero, mx = zero;
+  for (int i = 0; i < N; ++i) {
+    const __m128 ax = _mm_and_ps(xv[i], abs_mask), up = _mm_cmpgt_ps(ax, amax);
+    amax = blend(up, ax, amax);
+    mx = blend(up, xv[i], mx);
+  }
+  const __m128 flat = _mm_cmplt_ps(amax, _mm_set1_ps(kGroupMaxEps));
+  __m128 iscale = _mm_div_ps(_mm_set1_ps(float(-nmax)), mx);
+  __m128i Lv[N];
+  __m128 sumlx = zero, suml2 = zero;
+  for (int i = 0; i < N; ++i) {
+    Lv[i] = level(_mm_mul_ps(iscale, xv[i]));
+    const __m128 fl = _mm_cvtepi32_ps(Lv[i]);
+    sumlx = _mm_add_ps(sumlx, _mm_mul_ps(wx[i], fl));
+    suml2 = _mm_add_ps(suml2, _mm_mul_ps(_mm_mul_ps(_mm_mul_ps(xv[i], xv[i]), fl), fl));
+  }
+  __m128 scale = blend(_mm_cmpneq_ps(suml2, zero), _mm_div_ps(sumlx, suml2), zero);
+  __m128 best = _mm_mul_ps(scale, sumlx);
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    iscale = _mm_div_ps(_mm_set1_ps(-(float(nmax) + 0.1f * float(is))), mx);
+    __m128i La[N];
+    sumlx = suml2 = zero;
+    for (int i = 0; i < N; ++i) {
+      La[i] = level(_mm_mul_ps(iscale, xv[i]));
+      const __m128 fl = _mm_cvtepi32_ps(La[i]);
+      sumlx = _mm_add_ps(sumlx, _mm_mul_ps(wx[i], fl));
+      suml2 = _mm_add_ps(suml2, _mm_mul_ps(_mm_mul_ps(_mm_mul_ps(xv[i], xv[i]), fl), fl));
+    }
+    const __m128 take = _mm_and_ps(_mm_cmpgt_ps(suml2, zero),
+                                   _mm_cmpgt_ps(_mm_mul_ps(sumlx, sumlx), _mm_mul_ps(best, suml2)));
+    const __m128i takei = _mm_castps_si128(take);
+    for (int i = 0; i < N; ++i) Lv[i] = blendi(takei, La[i], Lv[i]);
+    scale = blend(take, _mm_div_ps(sumlx, suml2), scale);
+    best = blend(take, _mm_mul_ps(scale, sumlx), best);
+  }
+  alignas(16) float sc[4];
+  alignas(16) int32_t l[4];
+  _mm_store_ps(sc, blend(flat, zero, scale));
+  const int flat_bits = _mm_movemask_ps(flat);
+  for (int j = 0; j < 4; ++j) scale_out[j] = sc[j];
+  for (int i = 0; i < N; ++i) {
+    _mm_store_si128(reinterpret_cast<__m128i*>(l), Lv[i]);
+    for (int j = 0; j < 4; ++j) L[j][i] = (flat_bits >> j & 1) ? int8_t(0) : int8_t(l[j] + nmax);
+  }
+}
+#endif
+
 // Q4_K / Q5_K: eight 6-bit scales and eight 6-bit mins in 12 bytes. Bytes 0-3
 // hold scales 0-3 (bits 0-5) and the top two bits of scales 4-7 (bits 6-7);
 // bytes 4-7 the same for the mins; bytes 8-11 the low nibbles of scale j
@@ -194,13 +369,34 @@ inline void quantize_scale_min_k4(const float* x, int nmax, float rmin, float rd
   float scales[8], mins[8], weights[32];
   uint8_t Laux[32];
   float max_scale = 0, max_min = 0;  // the mins are deducted, so scales are positive
-  for (int j = 0; j < 8; ++j) {
+  // GGML's weights of sub-block j: av_x + |x|.
+  const auto weigh = [&](int j, float* w) {
     const float* xj = x + 32 * j;
     float sum_x2 = 0;
     for (int l = 0; l < 32; ++l) sum_x2 += xj[l] * xj[l];
     const float av_x = std::sqrt(sum_x2 / 32);
-    for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xj[l]);
-    scales[j] = make_qkx2_quants(32, nmax, xj, weights, L + 32 * j, &mins[j], Laux, rmin, rdelta, nstep, false);
+    for (int l = 0; l < 32; ++l) w[l] = av_x + std::fabs(xj[l]);
+  };
+#if defined(QSP_QUANT_SSE2)
+  (void)weights, (void)Laux;
+  float w4[8][32];
+  for (int j = 0; j < 8; ++j) weigh(j, w4[j]);
+  for (int j0 = 0; j0 < 8; j0 += 4) {
+    const float* const xs[4] = {x + 32 * j0, x + 32 * (j0 + 1), x + 32 * (j0 + 2), x + 32 * (j0 + 3)};
+    const float* const ws[4] = {w4[j0], w4[j0 + 1], w4[j0 + 2], w4[j0 + 3]};
+    uint8_t* const Ls[4] = {L + 32 * j0, L + 32 * (j0 + 1), L + 32 * (j0 + 2), L + 32 * (j0 + 3)};
+    float sc[4], mi[4];
+    make_qkx2_quants_x4<32>(nmax, xs, ws, Ls, sc, mi, rmin, rdelta, nstep, false);
+    for (int k = 0; k < 4; ++k) scales[j0 + k] = sc[k], mins[j0 + k] = mi[k];
+  }
+#else
+  for (int j = 0; j < 8; ++j) {
+    weigh(j, weights);
+    scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, rdelta, nstep,
+                                 false);
+  }
+#endif
+  for (int j = 0; j < 8; ++j) {
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
