@@ -91,13 +91,15 @@ constexpr size_t kPdlGemvSmallBytes = size_t(8) << 20;
 constexpr unsigned kPdlDecodeMask = ~0u & ~(1u << int(PdlKernel::kGemm)) & ~(1u << int(PdlKernel::kWgmma)) &
                                     ~(1u << int(PdlKernel::kGemvLarge));
 // And since 2026-12-05 (sixteenth session), in the passes of more than 16
-// tokens (prompt chunks, batched passes) every family, the wgmma GEMM
+// tokens (a context's prompt chunks) every family, the wgmma GEMM
 // issuing its first stages' weights before its wait (kernels/
 // gemm_wgmma.cu). Measured on an H100, QSP_PDL=1 against 0, same binaries,
 // random codes: 0.6B Q4_0 128 tokens 1.615-1.625 -> 1.519-1.525 ms (-6%),
 // 512 2.381-2.391 -> 2.246-2.259 (-5.5%), 2048 6.69-6.72 -> 6.58-6.62
 // (-1.5%); 8B Q4_0 128 5.749 -> 5.449 (-5.2%), 512 11.95 -> 11.75, 2048
-// 46.34 -> 46.00; the 64-sequence decode step 6.563 -> 6.533. (Before the
+// 46.34 -> 46.00; the 64-sequence decode step, a batched pass, 6.563 ->
+// 6.533 (batched passes, src/cuda/cuda_batch.cu, set no PdlPass: plain
+// launches unless QSP_PDL says otherwise; within noise). (Before the
 // early weights, waiting first, the ninth session measured 0.6B 128 tokens
 // 8% slower with PDL, 512-2048 1% faster: the overlap is the weights'.)
 constexpr unsigned kPdlPrefillMask = ~0u;
