@@ -43,6 +43,20 @@ void run_cases(const std::vector<GemmCase>& cases, uint64_t seed) {
   }
 }
 
+// M rows of x (row stride ldx) through w into out (fp32, row stride ldo).
+template <class X>
+GemmArgs f32_args(X x, int32_t ldx, int32_t M, const qsp::kern::DWeight& w, float* out, int32_t ldo) {
+  GemmArgs g;
+  g.x = x;
+  g.ldx = ldx;
+  g.M = M;
+  g.w = w;
+  g.ep = Epilogue::kStoreF32;
+  g.out_f = out;
+  g.ldo = ldo;
+  return g;
+}
+
 const std::vector<int> kAllMs = {1, 2, 3, 7, 17, 100, 513, 2048};
 const std::vector<int> kMidMs = {17, 100, 513};
 
@@ -316,14 +330,7 @@ TEST_CASE("op gemm: the GEMV's staged activations equal its fragment loads", "[g
   OpWeight w(QSP_DTYPE_Q4_0, 64, 256, 1);
   OpActs x(16, 256, 256, 2);
   DevBuf out(size_t(16) * 64 * 4);
-  GemmArgs g;
-  g.x = x.ptr();
-  g.ldx = 256;
-  g.M = 9;
-  g.w = w.dw;
-  g.ep = Epilogue::kStoreF32;
-  g.out_f = out.as<float>();
-  g.ldo = 64;
+  GemmArgs g = f32_args(x.ptr(), 256, 9, w.dw, out.as<float>(), 64);
   g.gemv_stage_x = qsp::kern::StageX::kOn;
   CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
   g.M = 8;
@@ -564,15 +571,8 @@ TEST_CASE("op gemm: row groups (Q | K | V in one launch)", "[gpu][gemm][wgmma]")
   OpWeight a(QSP_DTYPE_Q4_0, 40, 64, 1), b(QSP_DTYPE_Q4_0, 32, 64, 2), f(QSP_DTYPE_F16, 32, 64, 3);
   OpActs x(4, 64, 64, 4);
   DevBuf out(size_t(4) * 128 * 4);
-  GemmArgs g;
-  g.x = x.ptr();
-  g.ldx = 64;
-  g.M = 4;
-  g.w = a.dw;
+  GemmArgs g = f32_args(x.ptr(), 64, 4, a.dw, out.as<float>(), 128);
   g.wcat[0] = b.dw;
-  g.ep = Epilogue::kStoreF32;
-  g.out_f = out.as<float>();
-  g.ldo = 128;
   CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
   g.w = b.dw;
   g.wcat[0] = f.dw;  // another format
@@ -593,14 +593,7 @@ TEST_CASE("op gemm: rejects unsupported input without launching", "[gpu][gemm]")
   OpWeight w(QSP_DTYPE_Q4_0, 64, 128, 7), w_other(QSP_DTYPE_Q4_0, 64, 256, 8);
   OpActs x(4, 128, 128, 9);
   DevBuf out(size_t(4) * 64 * 4);
-  GemmArgs good;
-  good.x = x.ptr();
-  good.ldx = 128;
-  good.M = 4;
-  good.w = w.dw;
-  good.ep = Epilogue::kStoreF32;
-  good.out_f = out.as<float>();
-  good.ldo = 64;
+  GemmArgs good = f32_args(x.ptr(), 128, 4, w.dw, out.as<float>(), 64);
   CUDA_REQUIRE(qsp::kern::gemm(good, nullptr));
   CUDA_REQUIRE(cudaDeviceSynchronize());
 
