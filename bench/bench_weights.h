@@ -1,14 +1,15 @@
-// bench_prefill's synthetic weights: fast random quantized blocks of every
-// format at the scale trained models carry, f32 vectors, and the --type
-// choice (one format, or a llama.cpp mix through the synthesizer's rules).
+// bench_prefill's synthetic weights: quantized blocks of every format, the
+// synthesizer's (realistic, the default) or random codes at the scale
+// trained models carry (fast), f32 vectors, and the --type choice (one
+// format, or a llama.cpp mix through the synthesizer's rules).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <exception>
 #include <string>
 #include <thread>

@@ -75,6 +75,8 @@ bool env_on(const char* name) {
   const char* v = std::getenv(name);
   return v && *v && std::strcmp(v, "0") != 0;
 }
+// A default-on switch: $name unset, or set to something other than "0".
+bool env_default_on(const char* name) { return !std::getenv(name) || env_on(name); }
 
 // The environment's switches (docs/API.md, Environment), read once per process:
 //  - kWgmmaTmaW    $QSP_WGMMA_TMA_W (on unless "0"): the wgmma kernel's weights by tensor maps
@@ -89,9 +91,8 @@ bool env_on(const char* name) {
 //                  instructions per weight byte (bench/RESULTS.md, fifteenth session)
 enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem };
 bool switch_on(Switch s) {
-  static const bool on[] = {!std::getenv("QSP_WGMMA_TMA_W") || env_on("QSP_WGMMA_TMA_W"),
-                            env_on("QSP_WGMMA_HYBRID"), !std::getenv("QSP_WGMMA_DENSE64") || env_on("QSP_WGMMA_DENSE64"),
-                            env_on("QSP_GEMV_XSMEM")};
+  static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
+                            env_default_on("QSP_WGMMA_DENSE64"), env_on("QSP_GEMV_XSMEM")};
   return on[int(s)];
 }
 

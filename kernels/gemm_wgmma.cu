@@ -168,7 +168,8 @@ __global__ void __launch_bounds__(kThreads, MinB)
           load_w(st + L::kXBytes, st + L::kXBytes + L::kQBytes, c0 + kt, bar);
         }
         pdl_wait();
-        for (int kt = 0; kt < pre; ++kt) tma_load_2d(base + kt * L::kStage, &xmap, (c0 + kt) * 64, m0, full0 + 8 * kt);
+        for (int kt = 0; kt < pre; ++kt)
+          tma_load_2d(base + kt * L::kStage, &xmap, (c0 + kt) * 64, m0, full0 + 8 * kt);
         for (int kt = pre; kt < nk; ++kt) {
           const int slot = kt % kS;
           if (kt >= kS) mbar_wait(empty0 + 8 * slot, ((kt / kS) - 1) & 1);

@@ -82,8 +82,9 @@ constexpr size_t kPdlGemvSmallBytes = size_t(8) << 20;
 
 // THE DEFAULT (QSP_PDL unset), since 2026-12-05: PDL in the passes of up
 // to 16 tokens (the decode step: PdlPass) for every family but the GEMMs
-// and the GEMVs that stream more than 8 MB; in longer passes for all. Measured on an H100
-// (bench/RESULTS.md, fifteenth session), decode step against no PDL: the
+// and the GEMVs that stream more than 8 MB; in longer passes for all.
+// Measured on an H100 (bench/RESULTS.md, fifteenth session), decode step
+// against no PDL: the
 // small kernels' PDL -1.2% (8B Q4_0), -1.7 / -4.9% (8B Q4_K_M, 1 / 2048
 // cached), -5% (0.6B); the GEMV's PDL -11% on the 0.6B (1-7 MB per GEMV)
 // but +2.4% on the 8B (9-57 MB), hence the size cut (no GEMV lies between

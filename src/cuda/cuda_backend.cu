@@ -76,8 +76,8 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Partition& part, const st
   }
   reduce_ = local_ranks_ || ranks_[0]->comm != nullptr;
   // The overlapped all-reduces (tp_overlapped): their streams and events.
-  const char* ov = std::getenv("QSP_TP_OVERLAP");
-  tp_overlap_ = ranks_[0]->comm != nullptr && (ov ? std::strcmp(ov, "0") != 0 && *ov : n_ranks > 1);
+  const bool ov_set = std::getenv("QSP_TP_OVERLAP") != nullptr;
+  tp_overlap_ = ranks_[0]->comm != nullptr && (ov_set ? env_flag("QSP_TP_OVERLAP") : n_ranks > 1);
   if (tp_overlap_) {
     for (auto& r : ranks_) {
       QSP_CUDA_CHECK(cudaSetDevice(r->dev));
