@@ -254,6 +254,7 @@ class CudaBackend final : public Backend {
   void all_reduce_rows(const Acts* acts, int32_t row0, int32_t rows, bool comm_stream);
   void enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n, const Acts& a,
                          const KvTarget& kv, const InNorm* in = nullptr);
+  void enqueue_ffn(const LayerTensors& L, Rank& r, uint32_t s, int32_t n, const Acts& a, const InNorm* in = nullptr);
   void lm_head(const ModelTensors& w, const Rank& r, const __half* xn, int32_t M, float* out, int32_t ldo);
   void poison_scratch(Rank& r, const PrefillChunk& c, bool capturing);
   // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).

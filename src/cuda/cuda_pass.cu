@@ -175,11 +175,7 @@ void CudaBackend::enqueue_layers(const ModelTensors& w, int32_t n, const Acts* a
       on_device(r);
       if (!nin) QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[kFfnNorm], r.first), a.xn, n, H, m.rms_eps, r.stream));
       const InNorm ffn_norm{a.x, V(L[kFfnNorm], r.first), m.rms_eps};
-      for (uint32_t s = r.first; s < r.first + r.count; ++s) {
-        gemm(r.stream, a.xn, H, n, W(L[kWGate], s), &W(L[kWUp], s), kern::Epilogue::kSwiGLU, a.act, nullptr,
-             sh_ffn_, nullptr, nin ? &ffn_norm : nullptr);
-        gemm(r.stream, a.act, sh_ffn_, n, W(L[kWDown], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
-      }
+      for (uint32_t s = r.first; s < r.first + r.count; ++s) enqueue_ffn(L, r, s, n, a, nin ? &ffn_norm : nullptr);
     }
     all_reduce(acts, n);
   }
@@ -245,13 +241,10 @@ void CudaBackend::enqueue_layers_overlapped(const ModelTensors& w, int32_t n, co
       QSP_CUDA_CHECK(kern::rmsnorm_f16(a.x, H, V(L[ffn ? kFfnNorm : kAttnNorm], r.first), a.xn, rows[h], H,
                                        m.rms_eps, r.stream));
       for (uint32_t s = r.first; s < r.first + r.count; ++s) {
-        if (!ffn) {
+        if (ffn)
+          enqueue_ffn(L, r, s, rows[h], a);
+        else
           enqueue_attention(L, l, r, s, rows[h], a, kv[h][i]);
-          continue;
-        }
-        gemm(r.stream, a.xn, H, rows[h], W(L[kWGate], s), &W(L[kWUp], s), kern::Epilogue::kSwiGLU, a.act, nullptr,
-             F);
-        gemm(r.stream, a.act, F, rows[h], W(L[kWDown], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
       }
       QSP_CUDA_CHECK(cudaEventRecord(r.ready[h].e, r.stream));
       QSP_CUDA_CHECK(cudaStreamWaitEvent(r.comm_stream, r.ready[h].e, 0));
@@ -382,6 +375,17 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
   QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
   QSP_CUDA_CHECK(kern::attention(at, stream));
   gemm(stream, a.att, Q, n, W(L[kWo], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
+}
+
+// Shard s's FFN features of layer l, on rank r, over the normed a.xn (or,
+// in = the residual, normed in the GEMV's prologue): gate | up with SwiGLU
+// into a.act, and its columns of w_down into a.x (sum_epilogue).
+void CudaBackend::enqueue_ffn(const LayerTensors& L, Rank& r, uint32_t s, int32_t n, const Acts& a,
+                              const InNorm* in) {
+  const int32_t H = int32_t(cfg_.hidden);
+  gemm(r.stream, a.xn, H, n, W(L[kWGate], s), &W(L[kWUp], s), kern::Epilogue::kSwiGLU, a.act, nullptr, sh_ffn_,
+       nullptr, in);
+  gemm(r.stream, a.act, sh_ffn_, n, W(L[kWDown], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
 }
 
 // The logits of M normed rows xn on rank r: each of its shards' vocabulary
