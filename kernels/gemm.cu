@@ -86,13 +86,17 @@ bool env_default_on(const char* name) { return !std::getenv(name) || env_on(name
 //  - kWgmmaDense64 $QSP_WGMMA_DENSE64 (on unless "0"): the plan may take the 64-token tile at
 //                  two blocks per SM (WgPlan::per_sm; below a wave: M <= 64, measured,
 //                  kernels/gemm_plan.cpp)
+//  - kGemvI8       $QSP_GEMV_I8 (on unless "0"): the integer GEMV of one token for the
+//                  formats where it is faster (GemvI8::kAuto; kernels/gemv_i8.cuh);
+//                  "all": for every format it serves (Q4_0 too)
 //  - kGemvXsmem    $QSP_GEMV_XSMEM (off unless set; not measured yet): the GEMV's activations
 //                  staged in shared memory in the fragments' order (StageX::kAuto); fewer
 //                  instructions per weight byte (bench/RESULTS.md, fifteenth session)
-enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem };
+enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8 };
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
-                            env_default_on("QSP_WGMMA_DENSE64"), env_on("QSP_GEMV_XSMEM")};
+                            env_default_on("QSP_WGMMA_DENSE64"), env_on("QSP_GEMV_XSMEM"),
+                            env_default_on("QSP_GEMV_I8")};
   return on[int(s)];
 }
 
@@ -211,6 +215,18 @@ bool gemm_stage_x_ok(int32_t M, int32_t K) {
   return M >= 1 && M <= 8 && K >= 8 && K % 8 == 0 && int64_t(M) * K <= 16384;
 }
 
+bool gemm_gemv_i8_ok(WFormat fmt, int32_t M, int32_t) { return M == 1 && gemv_i8_runs(fmt); }
+
+// GemvI8::kAuto's choice for format f (gemm_gemv_i8_ok checked by the caller).
+bool gemv_i8_auto(WFormat f) {
+  static const bool all = [] {
+    const char* v = std::getenv("QSP_GEMV_I8");
+    return v && std::strcmp(v, "all") == 0;
+  }();
+  if (!switch_on(Switch::kGemvI8)) return false;
+  return all || f == WFormat::kQ4_K || f == WFormat::kQ2_K || f == WFormat::kQ3_K;
+}
+
 bool gemm_norm_in_ok(int32_t M, int32_t K) {
   return M >= 1 && M <= 8 && K >= 4 && K % 4 == 0 && K <= 8192 && int64_t(M) * K <= 16384;
 }
@@ -315,6 +331,16 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     case StageX::kOn:
       if (!stage_ok) return cudaErrorInvalidValue;
       a.stage_x = 1;
+      break;
+    default: return cudaErrorInvalidValue;
+  }
+  switch (g.gemv_i8) {
+    case GemvI8::kAuto: a.i8 = gemm_gemv_i8_ok(g.w.fmt, g.M, int32_t(K)) && gemv_i8_auto(g.w.fmt); break;
+    case GemvI8::kOff: a.i8 = 0; break;
+    case GemvI8::kOn:
+      if (!gemm_gemv_i8_ok(g.w.fmt, g.M, int32_t(K)) || g.path == GemmPath::kMma || g.path == GemmPath::kWgmma)
+        return cudaErrorNotSupported;
+      a.i8 = 1;
       break;
     default: return cudaErrorInvalidValue;
   }

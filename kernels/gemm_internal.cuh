@@ -35,6 +35,7 @@ struct KArgs {
   const float* xin_w;
   float xin_eps;
   int32_t stage_x;  // the GEMV's activations staged in shared memory (GemmArgs::gemv_stage_x)
+  int32_t i8;       // the integer GEMV (M = 1; GemmArgs::gemv_i8)
 };
 
 // ---- Tile configurations of the mma.sync kernel --------------------------------------------
@@ -69,6 +70,8 @@ using CfgMedium = TileCfg<64, 128, 2, 2, 3, true>;
 cudaError_t launch_mma(const KArgs& a, WFormat f, Epilogue ep, bool large, int ks, int dev, cudaStream_t stream);
 // The GEMV (kernels/gemv.cu), M <= 16.
 cudaError_t launch_gemv(const KArgs& a, WFormat f, Epilogue ep, cudaStream_t stream);
+// Whether the integer GEMV (kernels/gemv_i8.cuh) decodes format f.
+bool gemv_i8_runs(WFormat f);
 
 }  // namespace kern
 }  // namespace qsp

@@ -18,6 +18,7 @@
 
 #include "kernels/formats/formats.cuh"
 #include "kernels/gemm_internal.cuh"
+#include "kernels/gemv_i8.cuh"
 #include "kernels/pdl.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
@@ -144,33 +145,42 @@ __device__ __forceinline__ void load_x_perm(uint32_t (&xb)[MT][4][2], const __ha
   for (int s = 0; s < 4; ++s) xb[0][s][0] = w[2 * s], xb[0][s][1] = w[2 * s + 1];
 }
 
-template <bool kPerm>
-__device__ __forceinline__ void norm_prologue(const KArgs& a, __half* xs, int KP) {
+// 1 / rms of row m of a.xin (GemmArgs::norm_in_x), rmsnorm_f16's sums in
+// its order (its 256 threads as virtual warps). Called by every thread of
+// the block; part[] may be reused only after a barrier.
+__device__ __forceinline__ float norm_scale(const KArgs& a, int m) {
   constexpr int kNormThreads = 256;  // rmsnorm.cu's kThreads
   __shared__ float part[kNormThreads / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
   const int K = a.K, n4 = K / 4;
+  const float4* xr = reinterpret_cast<const float4*>(a.xin + size_t(m) * size_t(a.xin_ld));
+  for (int vw = warp; vw < kNormThreads / 32; vw += kw) {
+    float ss = 0.0f;
+    for (int i = vw * 32 + lane; i < n4; i += kNormThreads) {
+      const float4 v = xr[i];
+      ss = fmaf(v.x, v.x, ss);
+      ss = fmaf(v.y, v.y, ss);
+      ss = fmaf(v.z, v.z, ss);
+      ss = fmaf(v.w, v.w, ss);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0) part[vw] = ss;
+  }
+  __syncthreads();
+  float t = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kNormThreads / 32; ++w) t += part[w];
+  return 1.0f / sqrtf(t / float(K) + a.xin_eps);
+}
+
+template <bool kPerm>
+__device__ __forceinline__ void norm_prologue(const KArgs& a, __half* xs, int KP) {
+  const int K = a.K, n4 = K / 4;
   const float4* w4 = reinterpret_cast<const float4*>(a.xin_w);
   for (int m = 0; m < a.o.M; ++m) {
     const float4* xr = reinterpret_cast<const float4*>(a.xin + size_t(m) * size_t(a.xin_ld));
-    for (int vw = warp; vw < kNormThreads / 32; vw += kw) {
-      float ss = 0.0f;
-      for (int i = vw * 32 + lane; i < n4; i += kNormThreads) {
-        const float4 v = xr[i];
-        ss = fmaf(v.x, v.x, ss);
-        ss = fmaf(v.y, v.y, ss);
-        ss = fmaf(v.z, v.z, ss);
-        ss = fmaf(v.w, v.w, ss);
-      }
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-      if (lane == 0) part[vw] = ss;
-    }
-    __syncthreads();
-    float t = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kNormThreads / 32; ++w) t += part[w];
-    const float scale = 1.0f / sqrtf(t / float(K) + a.xin_eps);
+    const float scale = norm_scale(a, m);
     for (int i = threadIdx.x; i < n4; i += blockDim.x) {
       const float4 v = xr[i], wk = w4[i];
       const __half2 lo = __floats2half2_rn(v.x * scale * wk.x, v.y * scale * wk.y);
@@ -286,7 +296,174 @@ __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], c
   }
 }
 
+// The integer GEMV (kernels/gemv_i8.cuh): stages 256-column group j of the
+// (M = 1) input into this warp's words `st` (i8::kGroupWords: the words and
+// the step sums, the warp's after a __syncwarp) and returns its scale sx. The
+// input is x (the previous kernel's fp16 output) or, kNormIn, the RMSNorm of
+// a.xin with 1 / rms `nscale`, rounded to fp16 as norm_prologue does.
+template <bool kNormIn>
+__device__ __forceinline__ float stage_i8(const KArgs& a, int j, float nscale, const i8::StageLane& sl, uint32_t* st) {
+  float v[8];
+#pragma unroll
+  for (int i = 0; i < 8; i += 2) {
+    const int col = j * i8::kGroupCols + i8::stage_col(sl, i);  // i, i + 1: adjacent columns
+    float2 f = make_float2(0.0f, 0.0f);
+    if (col < a.K) {  // K % 32 == 0: a pair is in or out
+      if constexpr (kNormIn) {
+        const float2 x = *reinterpret_cast<const float2*>(a.xin + col);
+        const float2 w = *reinterpret_cast<const float2*>(a.xin_w + col);
+        f = __half22float2(__floats2half2_rn(x.x * nscale * w.x, x.y * nscale * w.y));
+      } else {
+        uint32_t r;
+        ldg32_dep(r, a.x + col);
+        __half2 h;
+        memcpy(&h, &r, 4);
+        f = __half22float2(h);
+      }
+    }
+    v[i] = f.x, v[i + 1] = f.y;
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const float inv = amax > 0.0f ? i8::kXMax / amax : 0.0f;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const uint32_t b[4] = {i8::qbits(v[4 * k], inv), i8::qbits(v[4 * k + 1], inv), i8::qbits(v[4 * k + 2], inv),
+                           i8::qbits(v[4 * k + 3], inv)};
+    uint32_t hi, lo;
+    int32_t sum;
+    i8::words(b, hi, lo, sum);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int s = sl.s0 + 2 * k;
+    st[sl.q * i8::kChunkWords + i8::word_of(sl.t, 0, s)] = hi;
+    st[sl.q * i8::kChunkWords + i8::word_of(sl.t, 1, s)] = lo;
+    if (sl.t == 0) st[i8::kSumWord + 4 * sl.q + s] = uint32_t(sum);
+  }
+  return amax / i8::kXMax;
+}
+
+__device__ __forceinline__ void mma_i8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 }  // namespace gemv
+
+// The integer GEMV (M = 1; kernels/gemv_i8.cuh). grid = (tiles); block = 32
+// * kw threads, warp w taking the 256-column groups w, w + kw, ...: it
+// issues the weight loads of U chunks, stages the group's activations
+// (warp-private words), then runs each chunk through the format's mmas.
+// Measured slower (H100, seventeenth session): all of a warp's groups
+// staged up front with the next round's weights in flight during the
+// current one's compute (double-buffered raw words: 2 blocks per SM
+// instead of 3; 8B decode step +7-16%).
+template <WFormat F, Epilogue EP, bool kNormIn>
+__global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const KArgs a) {
+  using T = WTraits<F>;
+  using I = i8::I8<F>;
+  constexpr bool kDual = EP == Epilogue::kSwiGLU;
+  constexpr int NM = kDual ? 2 : 1;
+  constexpr int U = kDual ? 2 : 4;  // chunks whose weights are in flight at once
+  __shared__ float red[gemv::kMaxWarps][NM][8][gemv::kRedLd];
+  __shared__ __align__(16) uint32_t stage[gemv::kMaxWarps][i8::kGroupWords];
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int tile = blockIdx.x;
+  const WLoc loc = gemv::tile_loc<kDual>(a, tile);
+  const typename I::Lane L = I::lane(g, t);
+  const i8::StageLane sl = i8::stage_lane(lane);
+  uint32_t* st = stage[warp];
+  const uint32_t xw_at = smem_u32(st) + 4u * uint32_t(I::word_base(g, t));
+  const uint32_t s_at = smem_u32(st) + 4u * uint32_t(i8::kSumWord);
+  float out[NM][2] = {};
+  float nscale = 0.0f;
+  bool first = true;
+  const int groups = (a.KC + 3) / 4;
+  for (int j = warp; j < groups; j += kw) {
+    typename I::Acc acc[NM] = {};
+    float sx = 0.0f;
+#pragma unroll
+    for (int q0 = 0; q0 < 4; q0 += U) {
+      if (4 * j + q0 >= a.KC) break;  // warp-uniform
+      typename T::Raw raw[U][NM];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = 4 * j + q0 + u;
+        if (c >= a.KC) break;
+#pragma unroll
+        for (int w = 0; w < NM; ++w) {
+          const uint8_t* base = w == 0 ? loc.base : a.w[1];
+          const size_t soff = w == 0 ? size_t(loc.soff) : a.scale_off;
+          T::ldg_raw(raw[u][w], base, soff, size_t(w == 0 ? loc.tile : tile) * size_t(a.KC) + size_t(c), lane);
+        }
+      }
+      if (q0 == 0) {
+        // The first weights are in flight; the activations are the previous
+        // kernel's output (kernels/pdl.h). Every warp has a group (kw <=
+        // groups), so all of them reach norm_scale's barrier.
+        if (first) {
+          pdl_wait();
+          pdl_launch_dependents();
+          if constexpr (kNormIn) nscale = gemv::norm_scale(a, 0);
+          first = false;
+        }
+        __syncwarp();  // the previous group's words are read
+        sx = gemv::stage_i8<kNormIn>(a, j, nscale, sl, st);
+        __syncwarp();
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int q = q0 + u;
+        if (4 * j + q >= a.KC) break;
+        uint32_t xw[I::kWords];
+        if constexpr (I::kWords == 2)
+          lds64(xw[0], xw[1], xw_at + 4u * uint32_t(q * i8::kChunkWords));
+        else
+          lds32(xw[0], xw_at + 4u * uint32_t(q * i8::kChunkWords));
+        uint32_t s4[4];
+        lds128(s4[0], s4[1], s4[2], s4[3], s_at + 16u * uint32_t(q));
+        const int32_t S[4] = {int32_t(s4[0]), int32_t(s4[1]), int32_t(s4[2]), int32_t(s4[3])};
+#pragma unroll
+        for (int w = 0; w < NM; ++w) {
+          uint32_t A[I::kMmas][4], B[I::kMmas][2];
+          int32_t D[I::kChains][4];
+          I::prep(raw[u][w], xw, S, L, A, B, D);
+#pragma unroll
+          for (int m = 0; m < I::kMmas; ++m) gemv::mma_i8(D[I::chain_of(m)], A[m], B[m][0], B[m][1]);
+          I::combine(raw[u][w], D, S, L, acc[w]);
+        }
+      }
+      if (q0 + U >= 4 || 4 * j + q0 + U >= a.KC) {  // the group's last round: its d / dmin are in raw[0]
+#pragma unroll
+        for (int w = 0; w < NM; ++w) I::flush(raw[0][w], L, sx, acc[w], out[w]);
+      }
+    }
+  }
+
+  pdl_wait();
+  // The quad's lanes hold parts of the same rows: their sum in lane t = 0,
+  // as the fp16 kernel's token column 0 (c0: row g, c2: row g + 8).
+  float accs[NM][1][4];
+#pragma unroll
+  for (int w = 0; w < NM; ++w) {
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      float v = out[w][p];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      accs[w][0][2 * p] = v;
+      accs[w][0][2 * p + 1] = 0.0f;
+    }
+  }
+  gemv::reduce_store<EP, NM, 1>(red, accs, a, tile);
+}
 
 // grid = (tiles); block = 32 * kw threads, kw <= MaxW warps that split the
 // K chunks round-robin (warp w: chunks w, w + kw, ...).
@@ -405,13 +582,37 @@ cudaError_t launch_mt(const KArgs& a, cudaStream_t stream) {
                     dim3(unsigned(kw * 32)), smem, stream, a);
 }
 
+template <WFormat F, Epilogue EP, bool kNormIn>
+cudaError_t launch_i8(const KArgs& a, cudaStream_t stream) {
+  const int groups = (a.KC + 3) / 4;
+  const int kw = std::max(1, std::min(gemv::kMaxWarps, groups));
+  const size_t bytes = dweight_bytes(F, int64_t(a.tiles) * 16, a.K) * (EP == Epilogue::kSwiGLU ? 2 : 1);
+  const PdlKernel family = bytes <= kPdlGemvSmallBytes ? PdlKernel::kGemv : PdlKernel::kGemvLarge;
+  return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)), 0,
+                    stream, a);
+}
+
 }  // namespace
+
+bool gemv_i8_runs(WFormat f) {
+  return dispatch_format(f, false, [](auto fmt) { return i8::HasI8<decltype(fmt)::kFormat>::value; });
+}
 
 cudaError_t launch_gemv(const KArgs& a, WFormat f, Epilogue ep, cudaStream_t stream) {
   return dispatch_format(f, cudaErrorInvalidValue, [&](auto fmt) {
     constexpr WFormat F = decltype(fmt)::kFormat;
     return dispatch_epilogue(ep, [&](auto e) {
       constexpr Epilogue EP = decltype(e)::value;
+      if constexpr (i8::HasI8<F>::value) {
+        if (a.i8) {
+          if (a.o.M != 1) return cudaErrorInvalidValue;
+          if constexpr (EP == Epilogue::kStoreF32 || EP == Epilogue::kSwiGLU)
+            if (a.xin) return launch_i8<F, EP, true>(a, stream);
+          if (a.xin) return cudaErrorInvalidValue;
+          return launch_i8<F, EP, false>(a, stream);
+        }
+      }
+      if (a.i8) return cudaErrorInvalidValue;
       // The input's RMSNorm in the prologue: the decode step's epilogues
       // only (Q | K | V to fp32, gate | up to SwiGLU); gemm() checked M <= 8.
       // The staged activations where gemm() asked for them (M x K fits).

@@ -122,6 +122,18 @@ enum class WgmmaWeights : int32_t { kAuto = 0, kTensorMaps = 1, kPerTile = 2 };
 //       plain shared rows of GemmArgs::norm_in_x).
 // The results are the same bits either way.
 enum class StageX : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
+// Whether the GEMV of one token (M = 1: the decode step) runs on the
+// integer tensor cores (kernels/gemv_i8.cuh; GemmArgs::gemv_i8):
+//  kAuto: the formats where it measured faster (Q4_K, Q2_K, Q3_K: the
+//         decode step -7%, -32%, -23%; Q4_0 +4%, bench/RESULTS.md,
+//         seventeenth session) where gemm_gemv_i8_ok; $QSP_GEMV_I8=0 none,
+//         =all every format it serves; else the fp16 GEMV.
+//  kOn: the integer GEMV, or gemm() returns cudaErrorNotSupported where
+//       !gemm_gemv_i8_ok.
+//  kOff: the fp16 GEMV.
+// The two differ within the activations' rounding (fp16 against 16-bit
+// fixed point per 256 columns) and the sums' order.
+enum class GemvI8 : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
@@ -160,6 +172,8 @@ struct GemmArgs {
   WgmmaWeights wgmma_weights = WgmmaWeights::kAuto;
   // Tests and benchmarks: where the GEMV reads its activations (StageX).
   StageX gemv_stage_x = StageX::kAuto;
+  // Tests and benchmarks: the integer GEMV of one token (GemvI8).
+  GemvI8 gemv_i8 = GemvI8::kAuto;
   // Optional, the GEMV only (gemm_norm_in_ok(M, K)):
   // the input is not x (ignored, may be null) but the RMSNorm of the fp32
   // rows norm_in_x ([M][K], row stride norm_in_ldx), half(norm_in_x[m][i] *
@@ -181,6 +195,10 @@ bool gemm_norm_in_ok(int32_t M, int32_t K);
 // Whether the GEMV can stage M rows of K activations in shared memory
 // (StageX::kOn): M <= 8, K % 8 == 0, M x K <= 16384.
 bool gemm_stage_x_ok(int32_t M, int32_t K);
+
+// Whether the integer GEMV (GemvI8::kOn) runs M rows of K columns of format
+// fmt: M == 1; Q4_0, Q4_K, Q2_K or Q3_K; any K the format allows.
+bool gemm_gemv_i8_ok(WFormat fmt, int32_t M, int32_t K);
 
 // Any M >= 1 (small M takes a GEMV path). Returns cudaErrorInvalidValue for
 // unsupported shapes.

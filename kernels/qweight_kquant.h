@@ -99,13 +99,6 @@ inline void kq_unpack_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m
   }
 }
 
-// Plain 32-bit read of a little-endian word (host test and device side loads alike).
-QSP_HD inline uint32_t rd32(const uint8_t* p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-
 }  // namespace qw
 }  // namespace kern
 }  // namespace qsp

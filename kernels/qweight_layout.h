@@ -51,6 +51,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #if defined(__SSE2__) && !defined(__CUDA_ARCH__)
 #include <emmintrin.h>
 #define QSP_REPACK_SSE2 1  // the host repacks' vector forms (x86-64: always)
@@ -71,6 +72,13 @@ constexpr int kChunkCols = 64;      // cols per chunk (four k16 mma steps)
 constexpr int kScaleUnitBytes = 64; // 16 rows x 2 blocks x fp16
 constexpr int kQ4UnitBytes = 512;   // 16 x 64 nibbles
 constexpr int kQ8UnitBytes = 1024;  // 16 x 64 bytes
+
+// Plain 32-bit read of a little-endian word (host test and device side loads alike).
+QSP_HD inline uint32_t rd32(const uint8_t* p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
 
 QSP_HD constexpr int64_t n_tiles(int64_t rows) { return (rows + kTileRows - 1) / kTileRows; }
 QSP_HD constexpr int64_t n_chunks(int64_t cols) { return (cols + kChunkCols - 1) / kChunkCols; }

@@ -418,8 +418,9 @@ TEST_CASE("cuda shard: the all-reduces overlapped with the other half equal the 
     for (int step = 0; step < 3; ++step) {
       INFO(n << " shards, decode step " << step);
       check_close(rb, ra, kTol);
-      ra = run(plain, {ra.greedy}, {1});
-      rb = run(over, {ra.greedy}, {1});
+      const int32_t next = ra.greedy;  // both fed the plain path's token
+      ra = run(plain, {next}, {1});
+      rb = run(over, {next}, {1});
     }
     qsp_context_destroy(over);
     qsp_context_destroy(plain);

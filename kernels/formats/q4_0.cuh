@@ -95,6 +95,12 @@ struct WTraits<WFormat::kQ4_0> {
     lds128(r.q[0], r.q[1], r.q[2], r.q[3], sb + v * kUnit + lane * 16);
     lds64(r.s[0], r.s[1], sb + tiles * kUnit + v * kScaleUnit + (lane >> 2) * 8);
   }
+  // The lane's words of one unit from plain memory, what ldg_raw loads (the
+  // CPU test of the integer GEMV reads them through this).
+  QSP_HD static void raw_at(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
+    for (int i = 0; i < 4; ++i) r.q[i] = qw::rd32(w + unit * kUnit + lane * 16 + 4 * i);
+    for (int i = 0; i < 2; ++i) r.s[i] = qw::rd32(w + soff + unit * kScaleUnit + (lane >> 2) * 8 + 4 * i);
+  }
   __device__ static void ldg_raw(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
     ldg128_stream(r.q[0], r.q[1], r.q[2], r.q[3], w + unit * kUnit + lane * 16);
     ldg64_stream(r.s[0], r.s[1], w + soff + unit * kScaleUnit + (lane >> 2) * 8);

@@ -39,7 +39,8 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
                        uint64_t seed, GemmPath path = GemmPath::kAuto, const OpWeight* cat0 = nullptr,
                        const OpWeight* cat1 = nullptr, int wg_tile = 0, int wg_splits = 0,
                        WgmmaWeights weights = WgmmaWeights::kAuto,  // GemmArgs::wgmma_weights
-                       int wg_head = 0, int wg_per_sm = 0) {
+                       int wg_head = 0, int wg_per_sm = 0,
+                       qsp::kern::GemvI8 gemv_i8 = qsp::kern::GemvI8::kAuto) {
   const int M = x.M;
   const int64_t N = w.N + (cat0 ? cat0->N : 0) + (cat1 ? cat1->N : 0);
   const bool half_out = ep == Epilogue::kStoreF16 || ep == Epilogue::kSwiGLU;
@@ -48,7 +49,7 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
   INFO("gemm " << N << "x" << w.K << (cat0 ? " (row groups)" : "") << " dtype " << qsp_dtype_name(w.dtype)
                << " M=" << M << " ldx=" << x.ldx << " ldo=" << ldo << " " << ep_name(ep) << " path " << int(path)
                << " wgmma tile " << wg_tile << " splits " << wg_splits << " head " << wg_head << " weights "
-               << int(weights) << " per SM " << wg_per_sm);
+               << int(weights) << " per SM " << wg_per_sm << " integer GEMV " << int(gemv_i8));
 
   // Initial output bytes: NaN poison, or random residuals for kAddF32.
   std::vector<uint8_t> init(count * esz, 0xff);
@@ -76,6 +77,7 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
   a.wg_head = wg_head;
   a.wg_per_sm = wg_per_sm;
   a.wgmma_weights = weights;
+  a.gemv_i8 = gemv_i8;
   if (cat0) a.wcat[0] = cat0->dw;
   if (cat1) a.wcat[1] = cat1->dw;
   CUDA_REQUIRE(qsp::kern::gemm(a, nullptr));

@@ -4,6 +4,7 @@
 // A case is one line of a table: weight dtype, N x K, token counts, paths.
 #include "ops/gemm_check.h"
 
+#include <array>
 #include <string>
 
 using namespace qsp_test;
@@ -358,6 +359,80 @@ TEST_CASE("op gemm: every kernel path on small shapes", "[gpu][gemm][sanitize]")
     OpWeight w(QSP_DTYPE_Q4_0, 256, 512, 720), w2(QSP_DTYPE_Q4_0, 256, 512, 721);
     gemm_sweep(w, w2, {40}, 722, kWgmma, {128, 256}, {2, 8});
   }
+}
+
+// The integer GEMV of one token (GemvI8, kernels/gemv_i8.cuh: the default
+// for M = 1 where a format has it) and the fp16 GEMV it replaces, each
+// forced, against the CPU on every epilogue: 8B and 0.6B shapes, tile edges
+// (N % 16 != 0, Q4_0's K % 256 != 0: a last group of fewer than 4 chunks),
+// a long K. Then what it refuses: M != 1, formats without it, a forced GEMM
+// path.
+namespace {
+void gemv_i8_cases(const std::vector<std::array<int64_t, 3>>& cases, uint64_t seed) {
+  for (const auto& c : cases) {
+    const int32_t dt = int32_t(c[0]);
+    OpWeight w(dt, c[1], c[2], seed++), w2(dt, c[1], c[2], seed++);
+    REQUIRE(qsp::kern::gemm_gemv_i8_ok(w.dw.fmt, 1, int32_t(c[2])));
+    OpActs x(1, int(c[2]), int(c[2]), seed++);
+    const std::vector<int> rows = sample_rows(1);
+    const std::vector<float> ref = cpu_matmul(w, x, rows), ref2 = cpu_matmul(w2, x, rows);
+    int v = 0;
+    for (Epilogue ep : {Epilogue::kStoreF16, Epilogue::kStoreF32, Epilogue::kAddF32, Epilogue::kSwiGLU})
+      for (qsp::kern::GemvI8 mode : {qsp::kern::GemvI8::kOn, qsp::kern::GemvI8::kOff}) {
+        const int pad = v % 3 == 0 ? 0 : v % 3 == 1 ? 8 : 1;
+        ++v;
+        check_gemm(w, &w2, x, ep, int(w.N) + pad, rows, ref, &ref2, seed + v, kAuto, nullptr, nullptr, 0, 0,
+                   qsp::kern::WgmmaWeights::kAuto, 0, 0, mode);
+      }
+  }
+}
+}  // namespace
+
+TEST_CASE("op gemm: the integer GEMV of one token, every format it serves", "[gpu][gemm][gemv][i8]") {
+  QSP_REQUIRE_GPU();
+  std::vector<std::array<int64_t, 3>> cases;
+  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K}) {
+    cases.push_back({dt, 4096, 4096});  // Qwen3-8B q / o
+    cases.push_back({dt, 1000, 1024});  // N % 16 != 0, 0.6B K
+    cases.push_back({dt, 1024, 3072});  // Qwen3-0.6B down
+    cases.push_back({dt, 136, 12288});  // a long K (8B down's), few tiles
+  }
+  cases.push_back({QSP_DTYPE_Q4_0, 200, 4160});  // K % 256 == 64: the last group one chunk
+  cases.push_back({QSP_DTYPE_Q4_0, 24, 96});     // K % 64 == 32: a half chunk
+  gemv_i8_cases(cases, 8100);
+
+  OpWeight q8(QSP_DTYPE_Q8_0, 64, 256, 8200), q4(QSP_DTYPE_Q4_0, 64, 256, 8201);
+  CHECK_FALSE(qsp::kern::gemm_gemv_i8_ok(q8.dw.fmt, 1, 256));
+  CHECK_FALSE(qsp::kern::gemm_gemv_i8_ok(q4.dw.fmt, 2, 256));
+  DevBuf out(size_t(4) * 64 * 4);
+  for (int M : {1, 2}) {
+    OpActs x(M, 256, 256, 8202);
+    GemmArgs g = f32_args(x.ptr(), 256, M, (M == 1 ? q8 : q4).dw, out.as<float>(), 64);
+    g.gemv_i8 = qsp::kern::GemvI8::kOn;
+    CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorNotSupported);
+  }
+  {
+    OpActs x(1, 256, 256, 8203);
+    GemmArgs g = f32_args(x.ptr(), 256, 1, q4.dw, out.as<float>(), 64);
+    g.gemv_i8 = qsp::kern::GemvI8::kOn;
+    g.path = kMma;
+    CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorNotSupported);
+    g.path = kAuto;
+    g.gemv_i8 = static_cast<qsp::kern::GemvI8>(9);
+    CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  }
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+}
+
+// Small shapes of the same, for the sanitizers.
+TEST_CASE("op gemm: the integer GEMV on small shapes", "[gpu][gemm][gemv][i8][sanitize]") {
+  QSP_REQUIRE_GPU();
+  gemv_i8_cases({{QSP_DTYPE_Q4_0, 40, 96},
+                 {QSP_DTYPE_Q4_0, 33, 320},
+                 {QSP_DTYPE_Q4_K, 40, 512},
+                 {QSP_DTYPE_Q2_K, 17, 256},
+                 {QSP_DTYPE_Q3_K, 40, 768}},
+                8300);
 }
 
 // The K-quants (Q4_K, Q5_K, Q6_K: K a multiple of 256) on every path: the

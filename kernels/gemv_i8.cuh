@@ -1,0 +1,414 @@
+// The integer GEMV for one token (M = 1, the decode step): the weights'
+// exact codes against 16-bit fixed-point activations on the int8 tensor
+// cores (mma.m16n8k32, u8 codes x s8 activations, s32 sums). Everything here
+// is QSP_HD: kernels/gemv_i8.cu runs it on the device and
+// tests/kernel_formats/test_gemv_i8.cu runs the very same functions for the
+// 32 lanes of a warp on the CPU, with the mma emulated from its PTX fragment
+// layout, against the plain dot product.
+//
+// ---- Why ---------------------------------------------------------------------------
+// The fp16 GEMV (kernels/gemv.cu) spends ~128 warp-instructions per 16 x 64
+// Q4_0 unit (576 bytes): the decode of each code to fp16, and an
+// m16n8k16 mma whose 8 token columns hold one token (7/8 of it wasted). At
+// 4.5 bytes per warp-instruction it is bound by instructions on an H100 and
+// more so on an H200 (bench/RESULTS.md, fifteenth session); the K-quants
+// with 2-3 bit codes, whose decode costs the same per code for fewer bytes,
+// were 1.75-2.3x Q4_0's time per weight byte. Here:
+//  - codes go to the tensor cores as they sit in the layout: one mask (and a
+//    shift) turns 4 nibbles or 2-bit fields of a lane word into 4 u8 codes
+//    of an A register; no conversion, no scale multiply per code;
+//  - the activations are 16-bit integers x = 256 hi + lo (hi, lo signed
+//    bytes) per 256-column group with an fp32 scale: as accurate as their
+//    fp16 inputs (amax / 2^15 absolute against fp16's 2^-11 relative), and
+//    integer sums are exact;
+//  - the mma's 8 token columns carry what one token needs in several sums
+//    at once: n = (limb, the k step or row half a code belongs to), each
+//    lane's B register holding its activations only in the k slots of
+//    "its" codes and zeros elsewhere. So the codes of different sub-block
+//    scales or of two rows can share an A register, and every extraction is
+//    one shift and one mask; D then holds, per lane, integer sums per (row,
+//    step, limb) to which the scales apply in integer (K-quants: IMAD with the
+//    sub-block scale, the mins with the sub-block activation sums) and fp32
+//    once per 256 columns.
+//
+// ---- Activations (a warp stages the 256-column groups it consumes) --------------------
+// Group j (chunks 4j .. 4j+3, zero past K): amax over its columns, sx = amax
+// / kXMax, x_int = round(x / sx) in [-kXMax, kXMax]. Quantized with one fma:
+// x / sx + 1.5 * 2^23 + 128 puts y = x_int + 128 in the float's low mantissa
+// bits, so byte 1 of its bits is hi = floor(y / 256) (-127 .. 127) and byte 0
+// xor 0x80 is lo = (y & 255) - 128, x_int = 256 hi + lo. Per chunk the warp's
+// shared memory holds 128 bytes of words and the 4 step sums:
+//   word(t, limb, s) at 4 (8 t + 4 limb + 2 (s & 1) + (s >> 1)): bytes e =
+//     0..3 = limb (0: hi, 1: lo) of columns chunk_col(s, t, e), the columns
+//     lane quad t holds in the weight layout (kernels/qweight_layout.h);
+//   S[s] = the sum of x_int over the 16 columns of step s.
+//
+// ---- B registers ----------------------------------------------------------------------
+// Lane (g, t) provides token column n = g: limb (g >> 1) & 1, and a k step
+// and parity chosen by the format. Its two B registers (k slots 4t .. 4t+3,
+// 16 + 4t ..) are one staged word spread over the even or the odd bytes
+// (prmt with zeros): bytes 0, 2 (even) or 1, 3 (odd) carry e = 0, 1 (b0) and
+// e = 2, 3 (b1); the other bytes are 0, so the codes there do not count in
+// this column. D (c0, c1: row g, n = 2t, 2t + 1; c2, c3: row g + 8) then
+// holds per lane: limb t & 1, the rest as the format says.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/formats/formats.cuh"
+#include "kernels/qweight_kfrags.cuh"
+
+namespace qsp {
+namespace kern {
+namespace i8 {
+
+constexpr float kXMax = 32639.0f;           // |x_int| <= kXMax keeps hi within a signed byte
+constexpr float kMagic = 12583040.0f;       // 1.5 * 2^23 + 128
+constexpr uint32_t kMagicBits = 0x4b400080u;  // its bits: x_int = bits - kMagicBits
+constexpr int kGroupCols = 256;             // columns per activation scale (4 chunks)
+constexpr int kChunkWords = 32;             // staged words per chunk
+// One group's staged words: 4 chunks of words, then their step sums S[4].
+constexpr int kSumWord = 4 * kChunkWords, kGroupWords = kSumWord + 16;
+
+QSP_HD inline uint32_t f2u(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+// d = bytes of (a, b) picked by the four selector nibbles (0-3: a, 4-7: b).
+QSP_HD inline uint32_t perm(uint32_t a, uint32_t b, uint32_t sel) {
+#if defined(__CUDA_ARCH__)
+  return qw::prmt(a, b, sel);
+#else
+  const uint64_t ab = uint64_t(a) | uint64_t(b) << 32;
+  uint32_t d = 0;
+  for (int i = 0; i < 4; ++i) d |= uint32_t((ab >> (8 * ((sel >> (4 * i)) & 7))) & 0xffu) << (8 * i);
+  return d;
+#endif
+}
+
+// The quantized bits of x (inv = kXMax / amax; 0 for an all-zero group).
+QSP_HD inline uint32_t qbits(float x, float inv) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(__fmaf_rn(x, inv, kMagic));
+#else
+  return f2u(std::fmaf(x, inv, kMagic));
+#endif
+}
+QSP_HD inline int32_t x_int(uint32_t bits) { return int32_t(bits - kMagicBits); }
+
+// Words of elements e = 0..3 from their quantized bits: hi (byte 1 of each)
+// and lo (byte 0, xor 0x80). sum: x_int of the four (mod 2^32 arithmetic,
+// exact: the result is small).
+QSP_HD inline void words(const uint32_t (&b)[4], uint32_t& hi, uint32_t& lo, int32_t& sum) {
+  hi = perm(perm(b[0], b[1], 0x5151u), perm(b[2], b[3], 0x5151u), 0x5410u);
+  lo = perm(perm(b[0], b[1], 0x4040u), perm(b[2], b[3], 0x4040u), 0x5410u) ^ 0x80808080u;
+  sum = int32_t(b[0] + b[1] + b[2] + b[3] - 4u * kMagicBits);
+}
+
+// Word index of (t, limb, s) inside a chunk's 32.
+QSP_HD constexpr int word_of(int t, int limb, int s) { return 8 * t + 4 * limb + 2 * (s & 1) + (s >> 1); }
+
+// prmt selectors spreading a word over the even (parity 0) or odd bytes of
+// b0 (e = 0, 1) and b1 (e = 2, 3); kOff: zeros (the lane's column is not in
+// this mma).
+constexpr uint32_t kSelEven0 = 0x4140u, kSelEven1 = 0x4342u;
+constexpr uint32_t kSelOdd0 = 0x1404u, kSelOdd1 = 0x3424u;
+constexpr uint32_t kOff = 0x4444u;
+QSP_HD inline void sels(bool on, int parity, uint32_t (&s)[2]) {
+  s[0] = !on ? kOff : parity ? kSelOdd0 : kSelEven0;
+  s[1] = !on ? kOff : parity ? kSelOdd1 : kSelEven1;
+}
+
+// u8 bytes of a word's 2-bit fields at bit `sh` of each byte, or nibbles.
+QSP_HD inline uint32_t f2(uint32_t w, int sh) { return (w >> sh) & 0x03030303u; }
+QSP_HD inline uint32_t nib(uint32_t w, int sh) { return (w >> sh) & 0x0f0f0f0fu; }
+
+// fp16 halves as fp32.
+QSP_HD inline float hlo(uint32_t w) { return qw::hd::f16lo(w); }
+QSP_HD inline float hhi(uint32_t w) { return qw::hd::f16hi(w); }
+
+// ---- Formats --------------------------------------------------------------------------
+// I8<F> (absent: the format keeps the fp16 GEMV):
+//   kMmas, kChains     mmas per chunk and independent accumulators (chain_of(m))
+//   kWords             staged words a lane reads per chunk (1 or 2, adjacent):
+//                      word_base(g, t) is the first (in 32-bit words)
+//   Lane               per-lane constants (lane(g, t))
+//   prep(raw, xw, S, L, A, B, C)   the mmas' fragments and first accumulators
+//   Acc / combine(raw, D, S, L, acc) / flush(raw, L, sx, acc, out)
+//                      D: per chain; flush once per 256-column group adds
+//                      the group's part to out[p] (row g + 8p; summed over
+//                      the quad's lanes afterwards)
+template <WFormat F>
+struct I8;
+
+template <WFormat F, class = void>
+struct HasI8 : std::false_type {};
+template <WFormat F>
+struct HasI8<F, std::void_t<decltype(I8<F>::kMmas)>> : std::true_type {};
+
+// Q4_0 and Q4_K: a lane word per k step, nibble of (p, e) at q4_shift(p, e).
+// mma h (the 32-column block / sub-block h of the chunk): A rows g = step
+// 2h's word, g + 8 = step 2h + 1's (a0 / a1 their nibbles at 0, 8, 16, 24:
+// (p, e) = (0,0) (1,0) (0,1) (1,1); a2 / a3 at 4, ...: e = 2, 3). Column n =
+// g: step 2h + (g >> 2), row half p = g & 1 (the parity), limb (g >> 1) & 1.
+// Useful D: lanes t < 2 c0 / c1 (A rows g, i.e. step 2h), t >= 2 c2 / c3
+// (step 2h + 1), for rows g (p = 0) and g + 8; the lane's step 2h + (t >> 1).
+struct Q4Like {
+  static constexpr int kMmas = 2, kChains = 2, kWords = 2;
+  QSP_HD static int chain_of(int m) { return m; }
+  struct Lane {
+    uint32_t sel[2];
+    int t;
+  };
+  QSP_HD static Lane lane(int g, int t) {
+    Lane L;
+    sels(true, g & 1, L.sel);
+    L.t = t;
+    return L;
+  }
+  QSP_HD static int word_base(int g, int t) { return word_of(t, (g >> 1) & 1, g >> 2); }
+  QSP_HD static void frags(const uint32_t (&q)[4], const uint32_t (&xw)[2], const Lane& L, uint32_t (&A)[2][4],
+                           uint32_t (&B)[2][2]) {
+QSP_HD_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      A[h][0] = nib(q[2 * h], 0);
+      A[h][1] = nib(q[2 * h + 1], 0);
+      A[h][2] = nib(q[2 * h], 4);
+      A[h][3] = nib(q[2 * h + 1], 4);
+      B[h][0] = perm(xw[h], 0u, L.sel[0]);
+      B[h][1] = perm(xw[h], 0u, L.sel[1]);
+    }
+  }
+  // The lane's two useful sums of mma h: rows g, g + 8.
+  QSP_HD static void useful(const int32_t (&D)[4], int t, int32_t (&u)[2]) {
+    u[0] = t < 2 ? D[0] : D[2];
+    u[1] = t < 2 ? D[1] : D[3];
+  }
+};
+
+template <>
+struct I8<WFormat::kQ4_0> : Q4Like {
+  using Raw = WTraits<WFormat::kQ4_0>::Raw;
+  struct Acc {
+    float f[2];
+  };
+  // x = d (q - 8): the lo lanes start at -8 S of their step (the sum of q x
+  // then less 8 x per column, once over the quad's lanes).
+  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&S)[4], const Lane& L,
+                          uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
+    frags(r.q, xw, L, A, B);
+QSP_HD_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const int32_t c = (L.t & 1) ? -8 * S[2 * h + (L.t >> 1)] : 0;
+      C[h][0] = C[h][1] = C[h][2] = C[h][3] = c;
+    }
+  }
+  QSP_HD static void combine(const Raw& r, const int32_t (&D)[2][4], const int32_t (&)[4], const Lane& L, Acc& acc) {
+QSP_HD_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      int32_t u[2];
+      useful(D[h], L.t, u);
+      acc.f[0] += float(u[0]) * hlo(r.s[h]);
+      acc.f[1] += float(u[1]) * hhi(r.s[h]);
+    }
+  }
+  QSP_HD static void flush(const Raw&, const Lane& L, float sx, Acc& acc, float (&out)[2]) {
+    const float f = (L.t & 1) ? sx : 256.0f * sx;
+    out[0] += acc.f[0] * f;
+    out[1] += acc.f[1] * f;
+    acc.f[0] = acc.f[1] = 0.0f;
+  }
+};
+
+template <>
+struct I8<WFormat::kQ4_K> : Q4Like {
+  using Raw = WTraits<WFormat::kQ4_K>::Raw;
+  struct Acc {
+    int32_t sc[2], mn[2];
+  };
+  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&)[4], const Lane& L,
+                          uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
+    frags(r.q, xw, L, A, B);
+QSP_HD_UNROLL
+    for (int h = 0; h < 2; ++h) C[h][0] = C[h][1] = C[h][2] = C[h][3] = 0;
+  }
+  // x = d sc q - dmin m: sc (q x) summed in integer per row, m (x summed)
+  // on the lo lanes (their step's S: both steps of the sub-block once).
+  // side[h] bytes: sc, m of row g, then of row g + 8.
+  QSP_HD static void combine(const Raw& r, const int32_t (&D)[2][4], const int32_t (&S)[4], const Lane& L,
+                             Acc& acc) {
+QSP_HD_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      int32_t u[2];
+      useful(D[h], L.t, u);
+      const uint32_t sm = r.side[h];
+      const int32_t s = (L.t & 1) ? S[2 * h + (L.t >> 1)] : 0;
+      acc.sc[0] += int32_t(sm & 0xffu) * u[0];
+      acc.mn[0] += int32_t((sm >> 8) & 0xffu) * s;
+      acc.sc[1] += int32_t((sm >> 16) & 0xffu) * u[1];
+      acc.mn[1] += int32_t(sm >> 24) * s;
+    }
+  }
+  QSP_HD static void flush(const Raw& r, const Lane& L, float sx, Acc& acc, float (&out)[2]) {
+    const float f = (L.t & 1) ? sx : 256.0f * sx;
+QSP_HD_UNROLL
+    for (int p = 0; p < 2; ++p) {
+      out[p] += float(acc.sc[p]) * (hlo(r.side[2 + p]) * f);
+      out[p] -= float(acc.mn[p]) * (hhi(r.side[2 + p]) * sx);
+      acc.sc[p] = acc.mn[p] = 0;
+    }
+  }
+};
+
+// Q2_K and Q3_K: two lane words of 2-bit fields, word w = steps 2w, 2w + 1,
+// field of (s, p, e) at q2_bit. Low mma w: a0 = fields at bits 0, 8, 16, 24
+// ((s, e) = (2w, 0) (2w+1, 0) (2w, 1) (2w+1, 1), row g), a2 at 2 + those (e =
+// 2, 3), a1 / a3 at 4 / 6 (row g + 8). Column n = g: step 2 (g >> 2) + (g &
+// 1) (in low mma g >> 2 only, parity g & 1), limb (g >> 1) & 1. Every mma of
+// the chunk adds to one accumulator: D = (row g, step sa), (row g, sa + 1),
+// (row g + 8, sa), (row g + 8, sa + 1) with sa = 2 (t >> 1), limb t & 1.
+struct Q23 {
+  static constexpr int kWords = 1;
+  struct Lane {
+    uint32_t sel[2][2];   // low mma w
+    uint32_t hsel[2][2];  // Q3_K: high mma P
+    int t, sa;
+  };
+  QSP_HD static Lane lane(int g, int t) {
+    Lane L;
+    for (int w = 0; w < 2; ++w) sels((g >> 2) == w, g & 1, L.sel[w]);
+    // Q3_K's high bits of steps P, P + 2 (P = 0, 1): column n's step is in
+    // high mma g & 1, at parity g >> 2 (step P even, P + 2 odd).
+    for (int P = 0; P < 2; ++P) sels((g & 1) == P, g >> 2, L.hsel[P]);
+    L.t = t;
+    L.sa = 2 * (t >> 1);
+    return L;
+  }
+  QSP_HD static int word_base(int g, int t) { return word_of(t, (g >> 1) & 1, 2 * (g >> 2) + (g & 1)); }
+  QSP_HD static void low_frags(const uint32_t (&q)[2], uint32_t xw, const Lane& L, uint32_t (&A)[4][4],
+                               uint32_t (&B)[4][2]) {
+QSP_HD_UNROLL
+    for (int w = 0; w < 2; ++w) {
+      A[w][0] = f2(q[w], 0);
+      A[w][1] = f2(q[w], 4);
+      A[w][2] = f2(q[w], 2);
+      A[w][3] = f2(q[w], 6);
+      B[w][0] = perm(xw, 0u, L.sel[w][0]);
+      B[w][1] = perm(xw, 0u, L.sel[w][1]);
+    }
+  }
+};
+
+template <>
+struct I8<WFormat::kQ2_K> : Q23 {
+  static constexpr int kMmas = 2, kChains = 1;
+  QSP_HD static int chain_of(int) { return 0; }
+  using Raw = WTraits<WFormat::kQ2_K>::Raw;
+  struct Acc {
+    int32_t sc[2], mn[2];
+  };
+  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[1], const int32_t (&)[4], const Lane& L,
+                          uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[1][4]) {
+    uint32_t a[4][4], b[4][2];
+    low_frags(r.q, xw[0], L, a, b);
+QSP_HD_UNROLL
+    for (int m = 0; m < 2; ++m) {
+QSP_HD_UNROLL
+      for (int i = 0; i < 4; ++i) A[m][i] = a[m][i];
+      B[m][0] = b[m][0], B[m][1] = b[m][1];
+    }
+    C[0][0] = C[0][1] = C[0][2] = C[0][3] = 0;
+  }
+  // x = d sc q - dmin m per 16-column step; sc[p] byte s = sc | m << 4.
+  QSP_HD static void combine(const Raw& r, const int32_t (&D)[1][4], const int32_t (&S)[4], const Lane& L,
+                             Acc& acc) {
+    const bool lo = L.t & 1;
+QSP_HD_UNROLL
+    for (int p = 0; p < 2; ++p) {
+      const uint32_t b = r.sc[p] >> (8 * L.sa);
+QSP_HD_UNROLL
+      for (int i = 0; i < 2; ++i) {
+        const uint32_t v = (b >> (8 * i)) & 0xffu;
+        acc.sc[p] += int32_t(v & 15u) * D[0][2 * p + i];
+        acc.mn[p] += int32_t(v >> 4) * (lo ? S[L.sa + i] : 0);
+      }
+    }
+  }
+  QSP_HD static void flush(const Raw& r, const Lane& L, float sx, Acc& acc, float (&out)[2]) {
+    const float f = (L.t & 1) ? sx : 256.0f * sx;
+    out[0] += float(acc.sc[0]) * (hlo(r.dd[0]) * f) - float(acc.mn[0]) * (hlo(r.dd[1]) * sx);
+    out[1] += float(acc.sc[1]) * (hhi(r.dd[0]) * f) - float(acc.mn[1]) * (hhi(r.dd[1]) * sx);
+    acc.sc[0] = acc.sc[1] = acc.mn[0] = acc.mn[1] = 0;
+  }
+};
+
+// Q3_K: q = low | high << 2, x = d (sc - 32) (q - 4). The high bits (word h,
+// bit of (s, p, e) at q3h_bit) go through two more mmas into the same
+// accumulator, each byte 4 * bit: high mma P holds steps P (even bytes) and
+// P + 2 (odd): a0 = bits at 4P + {0, 8, 16, 24} (row g, e = 0, 1), a2 at
+// +1 (e = 2, 3), a1 / a3 at +2 / +3 (row g + 8). The lo lanes start at
+// -4 S of their (row, step) sums.
+template <>
+struct I8<WFormat::kQ3_K> : Q23 {
+  static constexpr int kMmas = 4, kChains = 1;
+  QSP_HD static int chain_of(int) { return 0; }
+  using Raw = WTraits<WFormat::kQ3_K>::Raw;
+  struct Acc {
+    int32_t sc[2];
+  };
+  QSP_HD static uint32_t hbits(uint32_t h, int sh) {  // bits at 8j + sh moved to 8j + 2, times 4
+    return (sh >= 2 ? h >> (sh - 2) : h << (2 - sh)) & 0x04040404u;
+  }
+  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[1], const int32_t (&S)[4], const Lane& L,
+                          uint32_t (&A)[4][4], uint32_t (&B)[4][2], int32_t (&C)[1][4]) {
+    low_frags(r.q, xw[0], L, A, B);
+QSP_HD_UNROLL
+    for (int P = 0; P < 2; ++P) {
+      A[2 + P][0] = hbits(r.h, 4 * P);
+      A[2 + P][1] = hbits(r.h, 4 * P + 2);
+      A[2 + P][2] = hbits(r.h, 4 * P + 1);
+      A[2 + P][3] = hbits(r.h, 4 * P + 3);
+      B[2 + P][0] = perm(xw[0], 0u, L.hsel[P][0]);
+      B[2 + P][1] = perm(xw[0], 0u, L.hsel[P][1]);
+    }
+    const int32_t c0 = (L.t & 1) ? -4 * S[L.sa] : 0, c1 = (L.t & 1) ? -4 * S[L.sa + 1] : 0;
+    C[0][0] = c0, C[0][1] = c1, C[0][2] = c0, C[0][3] = c1;
+  }
+  QSP_HD static void combine(const Raw& r, const int32_t (&D)[1][4], const int32_t (&)[4], const Lane& L, Acc& acc) {
+QSP_HD_UNROLL
+    for (int p = 0; p < 2; ++p) {
+      const uint32_t b = r.sc[p] >> (8 * L.sa);
+QSP_HD_UNROLL
+      for (int i = 0; i < 2; ++i) acc.sc[p] += (int32_t((b >> (8 * i)) & 0xffu) - 32) * D[0][2 * p + i];
+    }
+  }
+  QSP_HD static void flush(const Raw& r, const Lane& L, float sx, Acc& acc, float (&out)[2]) {
+    const float f = (L.t & 1) ? sx : 256.0f * sx;
+    out[0] += float(acc.sc[0]) * (hlo(r.d) * f);
+    out[1] += float(acc.sc[1]) * (hhi(r.d) * f);
+    acc.sc[0] = acc.sc[1] = 0;
+  }
+};
+
+// ---- Staging: lane l of a warp, group j ----------------------------------------------------
+// Lane l takes chunk 4j + (l >> 3), quad t = l & 3, steps s0 = (l >> 2) & 1
+// and s0 + 2: columns chunk_col(s, t, e) of each (8 values).
+struct StageLane {
+  int q, t, s0;
+};
+QSP_HD inline StageLane stage_lane(int l) { return StageLane{l >> 3, l & 3, (l >> 2) & 1}; }
+// Column (within the group) of the lane's value i = 4 k + e (step s0 + 2k).
+QSP_HD inline int stage_col(const StageLane& sl, int i) {
+  return 64 * sl.q + qw::chunk_col(sl.s0 + 2 * (i >> 2), sl.t, i & 3);
+}
+
+}  // namespace i8
+}  // namespace kern
+}  // namespace qsp
