@@ -86,9 +86,9 @@ bool env_default_on(const char* name) { return !std::getenv(name) || env_on(name
 //  - kWgmmaDense64 $QSP_WGMMA_DENSE64 (on unless "0"): the plan may take the 64-token tile at
 //                  two blocks per SM (WgPlan::per_sm; below a wave: M <= 64, measured,
 //                  kernels/gemm_plan.cpp)
-//  - kGemvI8       $QSP_GEMV_I8 (on unless "0"): the integer GEMV of one token for the
-//                  formats where it is faster (GemvI8::kAuto; kernels/gemv_i8.cuh);
-//                  "all": for every format it serves (Q4_0 too)
+//  - kGemvI8       $QSP_GEMV_I8 (on unless "0"): the integer GEMV of one token where it
+//                  measured faster (GemvI8::kAuto, gemv_i8_auto; kernels/gemv_i8.cuh);
+//                  "all": wherever it runs
 //  - kGemvXsmem    $QSP_GEMV_XSMEM (off unless set; not measured yet): the GEMV's activations
 //                  staged in shared memory in the fragments' order (StageX::kAuto); fewer
 //                  instructions per weight byte (bench/RESULTS.md, fifteenth session)
@@ -217,14 +217,21 @@ bool gemm_stage_x_ok(int32_t M, int32_t K) {
 
 bool gemm_gemv_i8_ok(WFormat fmt, int32_t M, int32_t) { return M == 1 && gemv_i8_runs(fmt); }
 
-// GemvI8::kAuto's choice for format f (gemm_gemv_i8_ok checked by the caller).
-bool gemv_i8_auto(WFormat f) {
+// GemvI8::kAuto's choice for format f streaming `bytes` of weights
+// (gemm_gemv_i8_ok checked by the caller). Measured on an H100 (bench/
+// RESULTS.md, seventeenth session), the decode step against the fp16 GEMV:
+// the K-quants win everywhere (8B Q4_K -17%, Q2_K -34%, Q3_K -24%; 0.6B
+// Q4_K -4%, Q2_K -12%); Q4_0 wins where the GEMV streams more than 8 MB
+// (8B -6%) and loses on the 0.6B's 1-4 MB GEMVs (+4%: latency, the
+// staging's chain), so it takes the integer GEMV above that size only.
+bool gemv_i8_auto(WFormat f, size_t bytes) {
   static const bool all = [] {
     const char* v = std::getenv("QSP_GEMV_I8");
     return v && std::strcmp(v, "all") == 0;
   }();
   if (!switch_on(Switch::kGemvI8)) return false;
-  return all || f == WFormat::kQ4_K || f == WFormat::kQ2_K || f == WFormat::kQ3_K;
+  if (all || f != WFormat::kQ4_0) return true;
+  return bytes > (size_t(8) << 20);
 }
 
 bool gemm_norm_in_ok(int32_t M, int32_t K) {
@@ -335,7 +342,10 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     default: return cudaErrorInvalidValue;
   }
   switch (g.gemv_i8) {
-    case GemvI8::kAuto: a.i8 = gemm_gemv_i8_ok(g.w.fmt, g.M, int32_t(K)) && gemv_i8_auto(g.w.fmt); break;
+    case GemvI8::kAuto:
+      a.i8 = gemm_gemv_i8_ok(g.w.fmt, g.M, int32_t(K)) &&
+             gemv_i8_auto(g.w.fmt, dweight_bytes(g.w.fmt, N, K) * (dual ? 2 : 1));
+      break;
     case GemvI8::kOff: a.i8 = 0; break;
     case GemvI8::kOn:
       if (!gemm_gemv_i8_ok(g.w.fmt, g.M, int32_t(K)) || g.path == GemmPath::kMma || g.path == GemmPath::kWgmma)

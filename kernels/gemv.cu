@@ -301,27 +301,38 @@ __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], c
 // the step sums, the warp's after a __syncwarp) and returns its scale sx. The
 // input is x (the previous kernel's fp16 output) or, kNormIn, the RMSNorm of
 // a.xin with 1 / rms `nscale`, rounded to fp16 as norm_prologue does.
-template <bool kNormIn>
+template <class I, bool kNormIn>
 __device__ __forceinline__ float stage_i8(const KArgs& a, int j, float nscale, const i8::StageLane& sl, uint32_t* st) {
   float v[8];
-#pragma unroll
-  for (int i = 0; i < 8; i += 2) {
-    const int col = j * i8::kGroupCols + i8::stage_col(sl, i);  // i, i + 1: adjacent columns
-    float2 f = make_float2(0.0f, 0.0f);
-    if (col < a.K) {  // K % 32 == 0: a pair is in or out
-      if constexpr (kNormIn) {
-        const float2 x = *reinterpret_cast<const float2*>(a.xin + col);
-        const float2 w = *reinterpret_cast<const float2*>(a.xin_w + col);
-        f = __half22float2(__floats2half2_rn(x.x * nscale * w.x, x.y * nscale * w.y));
-      } else {
-        uint32_t r;
-        ldg32_dep(r, a.x + col);
-        __half2 h;
-        memcpy(&h, &r, 4);
-        f = __half22float2(h);
-      }
+  // Columns i, i + 1 (adjacent) of the lane's eight; K % 32 == 0: a pair is
+  // in or out, and only a last group of Q4_0's may be partial.
+  auto pair = [&](int i) {
+    const int col = j * i8::kGroupCols + i8::stage_col(sl, i);
+    if constexpr (kNormIn) {
+      const float2 x = *reinterpret_cast<const float2*>(a.xin + col);
+      const float2 w = *reinterpret_cast<const float2*>(a.xin_w + col);
+      return __half22float2(__floats2half2_rn(x.x * nscale * w.x, x.y * nscale * w.y));
+    } else {
+      uint32_t r;
+      ldg32_dep(r, a.x + col);
+      __half2 h;
+      memcpy(&h, &r, 4);
+      return __half22float2(h);
     }
-    v[i] = f.x, v[i + 1] = f.y;
+  };
+  if ((j + 1) * i8::kGroupCols <= a.K) {  // warp-uniform
+#pragma unroll
+    for (int i = 0; i < 8; i += 2) {
+      const float2 f = pair(i);
+      v[i] = f.x, v[i + 1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; i += 2) {
+      float2 f = make_float2(0.0f, 0.0f);
+      if (j * i8::kGroupCols + i8::stage_col(sl, i) < a.K) f = pair(i);
+      v[i] = f.x, v[i + 1] = f.y;
+    }
   }
   float amax = 0.0f;
 #pragma unroll
@@ -341,7 +352,7 @@ __device__ __forceinline__ float stage_i8(const KArgs& a, int j, float nscale, c
     const int s = sl.s0 + 2 * k;
     st[sl.q * i8::kChunkWords + i8::word_of(sl.t, 0, s)] = hi;
     st[sl.q * i8::kChunkWords + i8::word_of(sl.t, 1, s)] = lo;
-    if (sl.t == 0) st[i8::kSumWord + 4 * sl.q + s] = uint32_t(sum);
+    if (sl.t == 0) st[i8::kSumWord + 4 * sl.q + I::sum_pos(s)] = uint32_t(sum);
   }
   return amax / i8::kXMax;
 }
@@ -381,7 +392,7 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const 
   const i8::StageLane sl = i8::stage_lane(lane);
   uint32_t* st = stage[warp];
   const uint32_t xw_at = smem_u32(st) + 4u * uint32_t(I::word_base(g, t));
-  const uint32_t s_at = smem_u32(st) + 4u * uint32_t(i8::kSumWord);
+  const uint32_t s_at = smem_u32(st) + 4u * uint32_t(i8::kSumWord + 2 * (t >> 1));  // the lane's pair
   float out[NM][2] = {};
   float nscale = 0.0f;
   bool first = true;
@@ -415,7 +426,7 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const 
           first = false;
         }
         __syncwarp();  // the previous group's words are read
-        sx = gemv::stage_i8<kNormIn>(a, j, nscale, sl, st);
+        sx = gemv::stage_i8<I, kNormIn>(a, j, nscale, sl, st);
         __syncwarp();
       }
 #pragma unroll
@@ -427,9 +438,10 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const 
           lds64(xw[0], xw[1], xw_at + 4u * uint32_t(q * i8::kChunkWords));
         else
           lds32(xw[0], xw_at + 4u * uint32_t(q * i8::kChunkWords));
-        uint32_t s4[4];
-        lds128(s4[0], s4[1], s4[2], s4[3], s_at + 16u * uint32_t(q));
-        const int32_t S[4] = {int32_t(s4[0]), int32_t(s4[1]), int32_t(s4[2]), int32_t(s4[3])};
+        uint32_t s2[2];
+        lds64(s2[0], s2[1], s_at + 16u * uint32_t(q));
+        int32_t S[2];
+        i8::lane_sums(s2[0], s2[1], t, S);
 #pragma unroll
         for (int w = 0; w < NM; ++w) {
           uint32_t A[I::kMmas][4], B[I::kMmas][2];

@@ -41,7 +41,10 @@
 //   word(t, limb, s) at 4 (8 t + 4 limb + 2 (s & 1) + (s >> 1)): bytes e =
 //     0..3 = limb (0: hi, 1: lo) of columns chunk_col(s, t, e), the columns
 //     lane quad t holds in the weight layout (kernels/qweight_layout.h);
-//   S[s] = the sum of x_int over the 16 columns of step s.
+//   S[s] = the sum of x_int over the 16 columns of step s, at word
+//     I8<F>::sum_pos(s) of the 4 after the chunks' words: each lane reads
+//     the two it needs as one 8-byte load at 2 (t >> 1) (lane_sums), zero on
+//     the hi lanes (t even), whose sums must not count the corrections.
 //
 // ---- B registers ----------------------------------------------------------------------
 // Lane (g, t) provides token column n = g: limb (g >> 1) & 1, and a k step
@@ -140,8 +143,10 @@ QSP_HD inline float hhi(uint32_t w) { return qw::hd::f16hi(w); }
 //   kWords             staged words a lane reads per chunk (1 or 2, adjacent):
 //                      word_base(g, t) is the first (in 32-bit words)
 //   Lane               per-lane constants (lane(g, t))
-//   prep(raw, xw, S, L, A, B, C)   the mmas' fragments and first accumulators
-//   Acc / combine(raw, D, S, L, acc) / flush(raw, L, sx, acc, out)
+//   sum_pos(s)         where step s's activation sum is staged (see above)
+//   prep(raw, xw, Sl, L, A, B, C)  the mmas' fragments and first accumulators
+//                      (Sl: the lane's two step sums, zero on hi lanes)
+//   Acc / combine(raw, D, Sl, L, acc) / flush(raw, L, sx, acc, out)
 //                      D: per chain; flush once per 256-column group adds
 //                      the group's part to out[p] (row g + 8p; summed over
 //                      the quad's lanes afterwards)
@@ -174,6 +179,8 @@ struct Q4Like {
     return L;
   }
   QSP_HD static int word_base(int g, int t) { return word_of(t, (g >> 1) & 1, g >> 2); }
+  // The lane's sums: steps t >> 1 (h = 0) and 2 + (t >> 1) (h = 1).
+  QSP_HD static constexpr int sum_pos(int s) { return 2 * (s & 1) + (s >> 1); }
   QSP_HD static void frags(const uint32_t (&q)[4], const uint32_t (&xw)[2], const Lane& L, uint32_t (&A)[2][4],
                            uint32_t (&B)[2][2]) {
 QSP_HD_UNROLL
@@ -201,16 +208,13 @@ struct I8<WFormat::kQ4_0> : Q4Like {
   };
   // x = d (q - 8): the lo lanes start at -8 S of their step (the sum of q x
   // then less 8 x per column, once over the quad's lanes).
-  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&S)[4], const Lane& L,
+  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&Sl)[2], const Lane& L,
                           uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
     frags(r.q, xw, L, A, B);
 QSP_HD_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      const int32_t c = (L.t & 1) ? -8 * S[2 * h + (L.t >> 1)] : 0;
-      C[h][0] = C[h][1] = C[h][2] = C[h][3] = c;
-    }
+    for (int h = 0; h < 2; ++h) C[h][0] = C[h][1] = C[h][2] = C[h][3] = -8 * Sl[h];
   }
-  QSP_HD static void combine(const Raw& r, const int32_t (&D)[2][4], const int32_t (&)[4], const Lane& L, Acc& acc) {
+  QSP_HD static void combine(const Raw& r, const int32_t (&D)[2][4], const int32_t (&)[2], const Lane& L, Acc& acc) {
 QSP_HD_UNROLL
     for (int h = 0; h < 2; ++h) {
       int32_t u[2];
@@ -233,7 +237,7 @@ struct I8<WFormat::kQ4_K> : Q4Like {
   struct Acc {
     int32_t sc[2], mn[2];
   };
-  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&)[4], const Lane& L,
+  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&)[2], const Lane& L,
                           uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
     frags(r.q, xw, L, A, B);
 QSP_HD_UNROLL
@@ -242,18 +246,17 @@ QSP_HD_UNROLL
   // x = d sc q - dmin m: sc (q x) summed in integer per row, m (x summed)
   // on the lo lanes (their step's S: both steps of the sub-block once).
   // side[h] bytes: sc, m of row g, then of row g + 8.
-  QSP_HD static void combine(const Raw& r, const int32_t (&D)[2][4], const int32_t (&S)[4], const Lane& L,
+  QSP_HD static void combine(const Raw& r, const int32_t (&D)[2][4], const int32_t (&Sl)[2], const Lane& L,
                              Acc& acc) {
 QSP_HD_UNROLL
     for (int h = 0; h < 2; ++h) {
       int32_t u[2];
       useful(D[h], L.t, u);
       const uint32_t sm = r.side[h];
-      const int32_t s = (L.t & 1) ? S[2 * h + (L.t >> 1)] : 0;
       acc.sc[0] += int32_t(sm & 0xffu) * u[0];
-      acc.mn[0] += int32_t((sm >> 8) & 0xffu) * s;
+      acc.mn[0] += int32_t((sm >> 8) & 0xffu) * Sl[h];
       acc.sc[1] += int32_t((sm >> 16) & 0xffu) * u[1];
-      acc.mn[1] += int32_t(sm >> 24) * s;
+      acc.mn[1] += int32_t(sm >> 24) * Sl[h];
     }
   }
   QSP_HD static void flush(const Raw& r, const Lane& L, float sx, Acc& acc, float (&out)[2]) {
@@ -292,6 +295,8 @@ struct Q23 {
     return L;
   }
   QSP_HD static int word_base(int g, int t) { return word_of(t, (g >> 1) & 1, 2 * (g >> 2) + (g & 1)); }
+  // The lane's sums: steps sa, sa + 1.
+  QSP_HD static constexpr int sum_pos(int s) { return s; }
   QSP_HD static void low_frags(const uint32_t (&q)[2], uint32_t xw, const Lane& L, uint32_t (&A)[4][4],
                                uint32_t (&B)[4][2]) {
 QSP_HD_UNROLL
@@ -314,7 +319,7 @@ struct I8<WFormat::kQ2_K> : Q23 {
   struct Acc {
     int32_t sc[2], mn[2];
   };
-  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[1], const int32_t (&)[4], const Lane& L,
+  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[1], const int32_t (&)[2], const Lane& L,
                           uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[1][4]) {
     uint32_t a[4][4], b[4][2];
     low_frags(r.q, xw[0], L, a, b);
@@ -327,9 +332,8 @@ QSP_HD_UNROLL
     C[0][0] = C[0][1] = C[0][2] = C[0][3] = 0;
   }
   // x = d sc q - dmin m per 16-column step; sc[p] byte s = sc | m << 4.
-  QSP_HD static void combine(const Raw& r, const int32_t (&D)[1][4], const int32_t (&S)[4], const Lane& L,
+  QSP_HD static void combine(const Raw& r, const int32_t (&D)[1][4], const int32_t (&Sl)[2], const Lane& L,
                              Acc& acc) {
-    const bool lo = L.t & 1;
 QSP_HD_UNROLL
     for (int p = 0; p < 2; ++p) {
       const uint32_t b = r.sc[p] >> (8 * L.sa);
@@ -337,7 +341,7 @@ QSP_HD_UNROLL
       for (int i = 0; i < 2; ++i) {
         const uint32_t v = (b >> (8 * i)) & 0xffu;
         acc.sc[p] += int32_t(v & 15u) * D[0][2 * p + i];
-        acc.mn[p] += int32_t(v >> 4) * (lo ? S[L.sa + i] : 0);
+        acc.mn[p] += int32_t(v >> 4) * Sl[i];
       }
     }
   }
@@ -366,7 +370,7 @@ struct I8<WFormat::kQ3_K> : Q23 {
   QSP_HD static uint32_t hbits(uint32_t h, int sh) {  // bits at 8j + sh moved to 8j + 2, times 4
     return (sh >= 2 ? h >> (sh - 2) : h << (2 - sh)) & 0x04040404u;
   }
-  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[1], const int32_t (&S)[4], const Lane& L,
+  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[1], const int32_t (&Sl)[2], const Lane& L,
                           uint32_t (&A)[4][4], uint32_t (&B)[4][2], int32_t (&C)[1][4]) {
     low_frags(r.q, xw[0], L, A, B);
 QSP_HD_UNROLL
@@ -378,10 +382,10 @@ QSP_HD_UNROLL
       B[2 + P][0] = perm(xw[0], 0u, L.hsel[P][0]);
       B[2 + P][1] = perm(xw[0], 0u, L.hsel[P][1]);
     }
-    const int32_t c0 = (L.t & 1) ? -4 * S[L.sa] : 0, c1 = (L.t & 1) ? -4 * S[L.sa + 1] : 0;
-    C[0][0] = c0, C[0][1] = c1, C[0][2] = c0, C[0][3] = c1;
+    C[0][0] = C[0][2] = -4 * Sl[0];
+    C[0][1] = C[0][3] = -4 * Sl[1];
   }
-  QSP_HD static void combine(const Raw& r, const int32_t (&D)[1][4], const int32_t (&)[4], const Lane& L, Acc& acc) {
+  QSP_HD static void combine(const Raw& r, const int32_t (&D)[1][4], const int32_t (&)[2], const Lane& L, Acc& acc) {
 QSP_HD_UNROLL
     for (int p = 0; p < 2; ++p) {
       const uint32_t b = r.sc[p] >> (8 * L.sa);
@@ -396,6 +400,14 @@ QSP_HD_UNROLL
     acc.sc[0] = acc.sc[1] = 0;
   }
 };
+
+// The lane's two step sums from the 4 staged at `sums` (I8<F>::sum_pos
+// order): the pair at 2 (t >> 1), zero on the hi lanes.
+QSP_HD inline void lane_sums(uint32_t w0, uint32_t w1, int t, int32_t (&Sl)[2]) {
+  const uint32_t lo = (t & 1) ? ~0u : 0u;
+  Sl[0] = int32_t(w0 & lo);
+  Sl[1] = int32_t(w1 & lo);
+}
 
 // ---- Staging: lane l of a warp, group j ----------------------------------------------------
 // Lane l takes chunk 4j + (l >> 3), quad t = l & 3, steps s0 = (l >> 2) & 1

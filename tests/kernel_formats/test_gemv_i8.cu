@@ -106,7 +106,7 @@ Result run_emulated(const std::vector<uint8_t>& dev, int64_t rows, int64_t cols,
           const int s = sl.s0 + 2 * k;
           st[sl.q * i8::kChunkWords + i8::word_of(sl.t, 0, s)] = hi;
           st[sl.q * i8::kChunkWords + i8::word_of(sl.t, 1, s)] = lo;
-          S[sl.q][s] += sum;
+          S[sl.q][I::sum_pos(s)] += sum;
           for (int e = 0; e < 4; ++e) {
             const int64_t col = j * i8::kGroupCols + i8::stage_col(sl, 4 * k + e);
             const int32_t xi = i8::x_int(b[e]);
@@ -128,10 +128,12 @@ Result run_emulated(const std::vector<uint8_t>& dev, int64_t rows, int64_t cols,
         typename T::Raw raw[32];
         uint32_t A[I::kMmas][32][4], B[I::kMmas][32][2];
         int32_t D[I::kChains][32][4];
-        int32_t Sl[4];
-        for (int s = 0; s < 4; ++s) Sl[s] = int32_t(st[i8::kSumWord + 4 * q + s]);
+        int32_t Sls[32][2];
         for (int l = 0; l < 32; ++l) {
           const int g = l >> 2, t = l & 3;
+          int32_t(&Sl)[2] = Sls[l];
+          const uint32_t* sp = &st[i8::kSumWord + 4 * q + 2 * (t >> 1)];
+          i8::lane_sums(sp[0], sp[1], t, Sl);
           raw_of<T>(raw[l], dev.data(), soff, u, l, 0);
           if (q == 0) raw0[l] = raw[l];
           uint32_t xw[I::kWords];
@@ -151,7 +153,7 @@ Result run_emulated(const std::vector<uint8_t>& dev, int64_t rows, int64_t cols,
           int32_t d[I::kChains][4];
           for (int ch = 0; ch < I::kChains; ++ch)
             for (int r = 0; r < 4; ++r) d[ch][r] = D[ch][l][r];
-          I::combine(raw[l], d, Sl, I::lane(l >> 2, l & 3), acc[l]);
+          I::combine(raw[l], d, Sls[l], I::lane(l >> 2, l & 3), acc[l]);
         }
       }
       for (int l = 0; l < 32; ++l) I::flush(raw0[l], I::lane(l >> 2, l & 3), sx, acc[l], out[l]);
