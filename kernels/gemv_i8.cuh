@@ -231,18 +231,23 @@ QSP_HD_UNROLL
   }
 };
 
-template <>
-struct I8<WFormat::kQ4_K> : Q4Like {
-  using Raw = WTraits<WFormat::kQ4_K>::Raw;
+// A register's high bits moved under its codes: byte j's bit (or 2-bit
+// field) sits at src(j) = b + d (j & 1) + 16 (j >> 1) in w, wanted at 8 j +
+// dst: even bytes shift by dst - b, odd ones by 8 + dst - b - d; `mask`
+// keeps the moved field in every byte.
+QSP_HD inline uint32_t shl(uint32_t w, int d) { return d >= 0 ? w << d : w >> -d; }
+QSP_HD inline uint32_t move_hi(uint32_t w, int b, int d, int dst, uint32_t mask) {
+  return (shl(w, dst - b) & (mask & 0x00ff00ffu)) | (shl(w, 8 + dst - b - d) & (mask & 0xff00ff00u));
+}
+
+// Q4_K and Q5_K: x = d sc q - dmin m per 32-column sub-block h (steps 2h,
+// 2h + 1, the chunk's mma h).
+template <WFormat F>
+struct KQ4Like : Q4Like {
+  using Raw = typename WTraits<F>::Raw;
   struct Acc {
     int32_t sc[2], mn[2];
   };
-  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&)[2], const Lane& L,
-                          uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
-    frags(r.q, xw, L, A, B);
-QSP_HD_UNROLL
-    for (int h = 0; h < 2; ++h) C[h][0] = C[h][1] = C[h][2] = C[h][3] = 0;
-  }
   // x = d sc q - dmin m: sc (q x) summed in integer per row, m (x summed)
   // on the lo lanes (their step's S: both steps of the sub-block once).
   // side[h] bytes: sc, m of row g, then of row g + 8.
@@ -267,6 +272,83 @@ QSP_HD_UNROLL
       out[p] -= float(acc.mn[p]) * (hhi(r.side[2 + p]) * sx);
       acc.sc[p] = acc.mn[p] = 0;
     }
+  }
+};
+
+template <>
+struct I8<WFormat::kQ4_K> : KQ4Like<WFormat::kQ4_K> {
+  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&)[2], const Lane& L,
+                          uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
+    frags(r.q, xw, L, A, B);
+QSP_HD_UNROLL
+    for (int h = 0; h < 2; ++h) C[h][0] = C[h][1] = C[h][2] = C[h][3] = 0;
+  }
+};
+
+// Q5_K: Q4_K's nibbles plus one high bit each (word qh, bit qh_bit(s, p, e)
+// = 4 s + 2 p + (e >> 1) + 16 (e & 1)) moved to bit 4 of its byte: q =
+// 0 .. 31 in the same mmas.
+template <>
+struct I8<WFormat::kQ5_K> : KQ4Like<WFormat::kQ5_K> {
+  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&)[2], const Lane& L,
+                          uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
+    frags(r.q, xw, L, A, B);
+QSP_HD_UNROLL
+    for (int h = 0; h < 2; ++h) {
+QSP_HD_UNROLL
+      for (int i = 0; i < 4; ++i) {  // A[h][i]: step 2h + (i & 1), e = 2 (i >> 1) ..
+        const int st = 2 * h + (i & 1), ep = i >> 1;
+        A[h][i] |= move_hi(r.qh, 4 * st + ep, 2, 4, 0x10101010u);
+      }
+      C[h][0] = C[h][1] = C[h][2] = C[h][3] = 0;
+    }
+  }
+};
+
+// Q6_K: x = d sc (q - 32) per 16-column step, q = nibble | high << 4 (the
+// 2-bit field at q2_bit of word qh[s >> 1]), sc int8. A lane's useful sums
+// (Q4Like::useful) are of one step each, 2h + (t >> 1). The -32 x per
+// column is applied in fp32 at the flush (in integer, 32 S sc could
+// overflow 32 bits): mn sums sc S on the lo lanes.
+template <>
+struct I8<WFormat::kQ6_K> : Q4Like {
+  using Raw = WTraits<WFormat::kQ6_K>::Raw;
+  struct Acc {
+    int32_t sc[2], mn[2];
+  };
+  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&)[2], const Lane& L,
+                          uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
+    frags(r.q, xw, L, A, B);
+QSP_HD_UNROLL
+    for (int h = 0; h < 2; ++h) {
+QSP_HD_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int st = 2 * h + (i & 1), ep = i >> 1;
+        A[h][i] |= move_hi(r.qh[st >> 1], 8 * (st & 1) + 2 * ep, 4, 4, 0x30303030u);
+      }
+      C[h][0] = C[h][1] = C[h][2] = C[h][3] = 0;
+    }
+  }
+  QSP_HD static void combine(const Raw& r, const int32_t (&D)[2][4], const int32_t (&Sl)[2], const Lane& L,
+                             Acc& acc) {
+QSP_HD_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      int32_t u[2];
+      useful(D[h], L.t, u);
+      const int sh = 24 - 8 * (2 * h + (L.t >> 1));  // the lane's step's byte to the top
+QSP_HD_UNROLL
+      for (int p = 0; p < 2; ++p) {
+        const int32_t sc = int32_t(r.sc[p] << sh) >> 24;
+        acc.sc[p] += sc * u[p];
+        acc.mn[p] += sc * Sl[h];
+      }
+    }
+  }
+  QSP_HD static void flush(const Raw& r, const Lane& L, float sx, Acc& acc, float (&out)[2]) {
+    const float f = (L.t & 1) ? sx : 256.0f * sx;
+    out[0] += (float(acc.sc[0]) * f - 32.0f * float(acc.mn[0]) * sx) * hlo(r.d);
+    out[1] += (float(acc.sc[1]) * f - 32.0f * float(acc.mn[1]) * sx) * hhi(r.d);
+    acc.sc[0] = acc.sc[1] = acc.mn[0] = acc.mn[1] = 0;
   }
 };
 

@@ -124,8 +124,8 @@ enum class WgmmaWeights : int32_t { kAuto = 0, kTensorMaps = 1, kPerTile = 2 };
 enum class StageX : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 // Whether the GEMV of one token (M = 1: the decode step) runs on the
 // integer tensor cores (kernels/gemv_i8.cuh; GemmArgs::gemv_i8):
-//  kAuto: where it measured faster (kernels/gemm.cu, gemv_i8_auto: the
-//         K-quants, and Q4_0 GEMVs of more than 8 MB of weights; 8B decode
+//  kAuto: where it measured faster (kernels/gemm.cu, gemv_i8_auto: Q4_K,
+//         Q2_K, Q3_K, and Q4_0 GEMVs of more than 8 MB of weights; 8B decode
 //         step on an H100: Q4_0 -6%, Q4_K -17%, Q2_K -34%, Q3_K -24%) and
 //         gemm_gemv_i8_ok; $QSP_GEMV_I8=0 never, =all wherever it runs;
 //         else the fp16 GEMV.
@@ -198,7 +198,7 @@ bool gemm_norm_in_ok(int32_t M, int32_t K);
 bool gemm_stage_x_ok(int32_t M, int32_t K);
 
 // Whether the integer GEMV (GemvI8::kOn) runs M rows of K columns of format
-// fmt: M == 1; Q4_0, Q4_K, Q2_K or Q3_K; any K the format allows.
+// fmt: M == 1; Q4_0 or a K-quant (Q2_K .. Q6_K); any K the format allows.
 bool gemm_gemv_i8_ok(WFormat fmt, int32_t M, int32_t K);
 
 // Any M >= 1 (small M takes a GEMV path). Returns cudaErrorInvalidValue for

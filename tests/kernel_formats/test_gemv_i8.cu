@@ -249,6 +249,8 @@ TEST_CASE("gemv i8: the integer GEMV's lanes and mmas on the CPU equal the dot p
     check_i8<WFormat::kQ4_K>(QSP_DTYPE_Q4_K, sh[0], sh[1], 72);
     check_i8<WFormat::kQ2_K>(QSP_DTYPE_Q2_K, sh[0], sh[1], 73);
     check_i8<WFormat::kQ3_K>(QSP_DTYPE_Q3_K, sh[0], sh[1], 74);
+    check_i8<WFormat::kQ5_K>(QSP_DTYPE_Q5_K, sh[0], sh[1], 77);
+    check_i8<WFormat::kQ6_K>(QSP_DTYPE_Q6_K, sh[0], sh[1], 78);
   }
   check_i8<WFormat::kQ4_0>(QSP_DTYPE_Q4_0, 20, 96, 75);
   check_i8<WFormat::kQ4_0>(QSP_DTYPE_Q4_0, 17, 4160, 76);

@@ -391,7 +391,7 @@ void gemv_i8_cases(const std::vector<std::array<int64_t, 3>>& cases, uint64_t se
 TEST_CASE("op gemm: the integer GEMV of one token, every format it serves", "[gpu][gemm][gemv][i8]") {
   QSP_REQUIRE_GPU();
   std::vector<std::array<int64_t, 3>> cases;
-  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K}) {
+  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K}) {
     cases.push_back({dt, 4096, 4096});  // Qwen3-8B q / o
     cases.push_back({dt, 1000, 1024});  // N % 16 != 0, 0.6B K
     cases.push_back({dt, 1024, 3072});  // Qwen3-0.6B down
@@ -431,7 +431,9 @@ TEST_CASE("op gemm: the integer GEMV on small shapes", "[gpu][gemm][gemv][i8][sa
                  {QSP_DTYPE_Q4_0, 33, 320},
                  {QSP_DTYPE_Q4_K, 40, 512},
                  {QSP_DTYPE_Q2_K, 17, 256},
-                 {QSP_DTYPE_Q3_K, 40, 768}},
+                 {QSP_DTYPE_Q3_K, 40, 768},
+                 {QSP_DTYPE_Q5_K, 24, 256},
+                 {QSP_DTYPE_Q6_K, 40, 512}},
                 8300);
 }
 
