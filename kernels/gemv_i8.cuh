@@ -193,6 +193,19 @@ QSP_HD_UNROLL
       B[h][1] = perm(xw[h], 0u, L.sel[1]);
     }
   }
+  // frags() with each A register's high bits OR-ed in, hi(step, e pair)
+  // (Q5_K, Q6_K; Q4_K none), and zero first accumulators.
+  template <class Hi>
+  QSP_HD static void frags_hi(const uint32_t (&q)[4], const uint32_t (&xw)[2], const Lane& L, Hi hi,
+                              uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
+    frags(q, xw, L, A, B);
+QSP_HD_UNROLL
+    for (int h = 0; h < 2; ++h) {
+QSP_HD_UNROLL
+      for (int i = 0; i < 4; ++i) A[h][i] |= hi(2 * h + (i & 1), i >> 1);  // a0..a3: steps 2h, 2h + 1, e 0-1, 2-3
+      C[h][0] = C[h][1] = C[h][2] = C[h][3] = 0;
+    }
+  }
   // The lane's two useful sums of mma h: rows g, g + 8.
   QSP_HD static void useful(const int32_t (&D)[4], int t, int32_t (&u)[2]) {
     u[0] = t < 2 ? D[0] : D[2];
@@ -279,9 +292,7 @@ template <>
 struct I8<WFormat::kQ4_K> : KQ4Like<WFormat::kQ4_K> {
   QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&)[2], const Lane& L,
                           uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
-    frags(r.q, xw, L, A, B);
-QSP_HD_UNROLL
-    for (int h = 0; h < 2; ++h) C[h][0] = C[h][1] = C[h][2] = C[h][3] = 0;
+    frags_hi(r.q, xw, L, [](int, int) { return 0u; }, A, B, C);
   }
 };
 
@@ -292,16 +303,8 @@ template <>
 struct I8<WFormat::kQ5_K> : KQ4Like<WFormat::kQ5_K> {
   QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&)[2], const Lane& L,
                           uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
-    frags(r.q, xw, L, A, B);
-QSP_HD_UNROLL
-    for (int h = 0; h < 2; ++h) {
-QSP_HD_UNROLL
-      for (int i = 0; i < 4; ++i) {  // A[h][i]: step 2h + (i & 1), e = 2 (i >> 1) ..
-        const int st = 2 * h + (i & 1), ep = i >> 1;
-        A[h][i] |= move_hi(r.qh, 4 * st + ep, 2, 4, 0x10101010u);
-      }
-      C[h][0] = C[h][1] = C[h][2] = C[h][3] = 0;
-    }
+    const uint32_t qh = r.qh;
+    frags_hi(r.q, xw, L, [qh](int st, int ep) { return move_hi(qh, 4 * st + ep, 2, 4, 0x10101010u); }, A, B, C);
   }
 };
 
@@ -318,16 +321,11 @@ struct I8<WFormat::kQ6_K> : Q4Like {
   };
   QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&)[2], const Lane& L,
                           uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
-    frags(r.q, xw, L, A, B);
-QSP_HD_UNROLL
-    for (int h = 0; h < 2; ++h) {
-QSP_HD_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const int st = 2 * h + (i & 1), ep = i >> 1;
-        A[h][i] |= move_hi(r.qh[st >> 1], 8 * (st & 1) + 2 * ep, 4, 4, 0x30303030u);
-      }
-      C[h][0] = C[h][1] = C[h][2] = C[h][3] = 0;
-    }
+    const uint32_t h0 = r.qh[0], h1 = r.qh[1];
+    frags_hi(
+        r.q, xw, L,
+        [h0, h1](int st, int ep) { return move_hi(st < 2 ? h0 : h1, 8 * (st & 1) + 2 * ep, 4, 4, 0x30303030u); }, A,
+        B, C);
   }
   QSP_HD static void combine(const Raw& r, const int32_t (&D)[2][4], const int32_t (&Sl)[2], const Lane& L,
                              Acc& acc) {

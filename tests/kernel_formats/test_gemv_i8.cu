@@ -20,21 +20,13 @@
 #include "common/quant.h"
 #include "formats/format.h"
 #include "kernels/gemv_i8.cuh"
+#include "raw_of.h"
 
 namespace {
 
 using namespace qsp;
 using namespace qsp::kern;
 
-template <class T>
-auto raw_of(typename T::Raw& r, const uint8_t* dev, size_t soff, int64_t u, int lane, int)
-    -> decltype(T::raw_at(r, dev, soff, size_t(u), lane), void()) {
-  T::raw_at(r, dev, soff, size_t(u), lane);
-}
-template <class T>
-void raw_of(typename T::Raw& r, const uint8_t* dev, size_t soff, int64_t u, int lane, long) {
-  T::raw_at(r, dev + u * T::kUnit, dev + soff + u * T::kScaleUnit, lane);
-}
 
 // mma.sync.m16n8k32.row.col.s32.u8.s8.s32 over a warp's registers, from the
 // PTX ISA's fragment layout: lane (g, t) holds A rows g (a0, a2) and g + 8

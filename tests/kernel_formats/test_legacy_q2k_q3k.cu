@@ -32,6 +32,7 @@
 #include "common/quant.h"
 #include "formats/format.h"
 #include "kernels/formats/formats.cuh"
+#include "raw_of.h"
 
 namespace {
 
@@ -55,17 +56,6 @@ struct Counts {
   double err2 = 0, ref2 = 0;
 };
 
-// A lane's raw words: the K-quants' raw_at takes the array and the unit
-// index, the others the unit's quant and side pointers.
-template <class T>
-auto raw_of(typename T::Raw& r, const uint8_t* dev, size_t soff, int64_t u, int lane, int)
-    -> decltype(T::raw_at(r, dev, soff, size_t(u), lane), void()) {
-  T::raw_at(r, dev, soff, size_t(u), lane);
-}
-template <class T>
-void raw_of(typename T::Raw& r, const uint8_t* dev, size_t soff, int64_t u, int lane, long) {
-  T::raw_at(r, dev + u * T::kUnit, dev + soff + u * T::kScaleUnit, lane);
-}
 
 template <class T, class = void>
 struct Factored : std::false_type {};
