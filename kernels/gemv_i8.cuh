@@ -1,7 +1,7 @@
 // The integer GEMV for one token (M = 1, the decode step): the weights'
 // exact codes against 16-bit fixed-point activations on the int8 tensor
 // cores (mma.m16n8k32, u8 codes x s8 activations, s32 sums). Everything here
-// is QSP_HD: kernels/gemv_i8.cu runs it on the device and
+// is QSP_HD: gemv_i8_kernel (kernels/gemv.cu) runs it on the device and
 // tests/kernel_formats/test_gemv_i8.cu runs the very same functions for the
 // 32 lanes of a warp on the CPU, with the mma emulated from its PTX fragment
 // layout, against the plain dot product.
