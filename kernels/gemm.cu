@@ -215,7 +215,7 @@ bool gemm_stage_x_ok(int32_t M, int32_t K) {
   return M >= 1 && M <= 8 && K >= 8 && K % 8 == 0 && int64_t(M) * K <= 16384;
 }
 
-bool gemm_gemv_i8_ok(WFormat fmt, int32_t M, int32_t) { return M == 1 && gemv_i8_runs(fmt); }
+bool gemm_gemv_i8_ok(WFormat fmt, int32_t M) { return M == 1 && gemv_i8_runs(fmt); }
 
 // GemvI8::kAuto's choice for format f streaming `bytes` of weights
 // (gemm_gemv_i8_ok checked by the caller). Measured on an H100 (bench/
@@ -226,6 +226,7 @@ bool gemm_gemv_i8_ok(WFormat fmt, int32_t M, int32_t) { return M == 1 && gemv_i8
 // staging's chain), so it takes the integer GEMV above that size only.
 // Q5_K and Q6_K (their high bits moved under the nibbles) pass the CPU
 // test of the whole warp but have not run on a GPU yet: "all" only.
+constexpr size_t kI8SmallBytes = size_t(8) << 20;  // the GEMVs that are latency (as kPdlGemvSmallBytes)
 bool gemv_i8_auto(WFormat f, size_t bytes) {
   static const bool all = [] {
     const char* v = std::getenv("QSP_GEMV_I8");
@@ -234,7 +235,7 @@ bool gemv_i8_auto(WFormat f, size_t bytes) {
   if (!switch_on(Switch::kGemvI8)) return false;
   if (all) return true;
   if (f == WFormat::kQ4_K || f == WFormat::kQ2_K || f == WFormat::kQ3_K) return true;
-  return f == WFormat::kQ4_0 && bytes > (size_t(8) << 20);
+  return f == WFormat::kQ4_0 && bytes > kI8SmallBytes;
 }
 
 bool gemm_norm_in_ok(int32_t M, int32_t K) {
@@ -346,12 +347,12 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   }
   switch (g.gemv_i8) {
     case GemvI8::kAuto:
-      a.i8 = gemm_gemv_i8_ok(g.w.fmt, g.M, int32_t(K)) &&
+      a.i8 = gemm_gemv_i8_ok(g.w.fmt, g.M) &&
              gemv_i8_auto(g.w.fmt, dweight_bytes(g.w.fmt, N, K) * (dual ? 2 : 1));
       break;
     case GemvI8::kOff: a.i8 = 0; break;
     case GemvI8::kOn:
-      if (!gemm_gemv_i8_ok(g.w.fmt, g.M, int32_t(K)) || g.path == GemmPath::kMma || g.path == GemmPath::kWgmma)
+      if (!gemm_gemv_i8_ok(g.w.fmt, g.M) || g.path == GemmPath::kMma || g.path == GemmPath::kWgmma)
         return cudaErrorNotSupported;
       a.i8 = 1;
       break;

@@ -197,9 +197,9 @@ bool gemm_norm_in_ok(int32_t M, int32_t K);
 // (StageX::kOn): M <= 8, K % 8 == 0, M x K <= 16384.
 bool gemm_stage_x_ok(int32_t M, int32_t K);
 
-// Whether the integer GEMV (GemvI8::kOn) runs M rows of K columns of format
-// fmt: M == 1; Q4_0 or a K-quant (Q2_K .. Q6_K); any K the format allows.
-bool gemm_gemv_i8_ok(WFormat fmt, int32_t M, int32_t K);
+// Whether the integer GEMV (GemvI8::kOn) runs M rows of format fmt: M == 1;
+// Q4_0 or a K-quant (Q2_K .. Q6_K); any K the format allows.
+bool gemm_gemv_i8_ok(WFormat fmt, int32_t M);
 
 // Any M >= 1 (small M takes a GEMV path). Returns cudaErrorInvalidValue for
 // unsupported shapes.
