@@ -357,11 +357,19 @@ __device__ __forceinline__ float stage_i8(const KArgs& a, int j, float nscale, c
   return amax / i8::kXMax;
 }
 
+// kSigned: s8 codes in A (I8<F>::kSignedA), else u8.
+template <bool kSigned>
 __device__ __forceinline__ void mma_i8(int32_t (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (kSigned)
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 }  // namespace gemv
@@ -434,7 +442,9 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const 
         const int q = q0 + u;
         if (4 * j + q >= a.KC) break;
         uint32_t xw[I::kWords];
-        if constexpr (I::kWords == 2)
+        if constexpr (I::kWords == 4)
+          lds128(xw[0], xw[1], xw[2], xw[3], xw_at + 4u * uint32_t(q * i8::kChunkWords));
+        else if constexpr (I::kWords == 2)
           lds64(xw[0], xw[1], xw_at + 4u * uint32_t(q * i8::kChunkWords));
         else
           lds32(xw[0], xw_at + 4u * uint32_t(q * i8::kChunkWords));
@@ -448,7 +458,7 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const 
           int32_t D[I::kChains][4];
           I::prep(raw[u][w], xw, S, L, A, B, D);
 #pragma unroll
-          for (int m = 0; m < I::kMmas; ++m) gemv::mma_i8(D[I::chain_of(m)], A[m], B[m][0], B[m][1]);
+          for (int m = 0; m < I::kMmas; ++m) gemv::mma_i8<I::kSignedA>(D[I::chain_of(m)], A[m], B[m][0], B[m][1]);
           I::combine(raw[u][w], D, S, L, acc[w]);
         }
       }

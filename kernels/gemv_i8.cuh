@@ -140,8 +140,9 @@ QSP_HD inline float hhi(uint32_t w) { return qw::hd::f16hi(w); }
 // ---- Formats --------------------------------------------------------------------------
 // I8<F> (absent: the format keeps the fp16 GEMV):
 //   kMmas, kChains     mmas per chunk and independent accumulators (chain_of(m))
-//   kWords             staged words a lane reads per chunk (1 or 2, adjacent):
+//   kWords             staged words a lane reads per chunk (1, 2 or 4, adjacent):
 //                      word_base(g, t) is the first (in 32-bit words)
+//   kSignedA           the A registers hold s8 codes (mma s8 x s8), else u8
 //   Lane               per-lane constants (lane(g, t))
 //   sum_pos(s)         where step s's activation sum is staged (see above)
 //   prep(raw, xw, Sl, L, A, B, C)  the mmas' fragments and first accumulators
@@ -167,6 +168,7 @@ struct HasI8<F, std::void_t<decltype(I8<F>::kMmas)>> : std::true_type {};
 // (step 2h + 1), for rows g (p = 0) and g + 8; the lane's step 2h + (t >> 1).
 struct Q4Like {
   static constexpr int kMmas = 2, kChains = 2, kWords = 2;
+  static constexpr bool kSignedA = false;
   QSP_HD static int chain_of(int m) { return m; }
   struct Lane {
     uint32_t sel[2];
@@ -359,6 +361,7 @@ QSP_HD_UNROLL
 // (row g + 8, sa), (row g + 8, sa + 1) with sa = 2 (t >> 1), limb t & 1.
 struct Q23 {
   static constexpr int kWords = 1;
+  static constexpr bool kSignedA = false;
   struct Lane {
     uint32_t sel[2][2];   // low mma w
     uint32_t hsel[2][2];  // Q3_K: high mma P
@@ -478,6 +481,58 @@ QSP_HD_UNROLL
     out[0] += float(acc.sc[0]) * (hlo(r.d) * f);
     out[1] += float(acc.sc[1]) * (hhi(r.d) * f);
     acc.sc[0] = acc.sc[1] = 0;
+  }
+};
+
+// Q8_0: x = d q per 32-column block h (steps 2h, 2h + 1: the chunk's mma h).
+// The layout's bytes are q + 128; one xor per register gives the s8 codes
+// back, so A is the lane's raw words (mma s8 x s8, no unpacking and no
+// correction sums): a0 / a2 = row g's words of steps 2h / 2h + 1, a1 / a3
+// row g + 8's. Column n = g: limb g for g < 2 (b0 / b1 = the staged words of
+// steps 2h / 2h + 1, which read in one lds.128 with those of the other block
+// at word_of(t, limb, 0)), zero for g >= 2. So lane t = 0 holds, per mma,
+// rows g and g + 8 x (hi, lo): 256 hi + lo in integer (|sum| < 2^27), the
+// block's scale in fp32; the other lanes hold zeros.
+template <>
+struct I8<WFormat::kQ8_0> {
+  static constexpr int kMmas = 2, kChains = 2, kWords = 4;
+  static constexpr bool kSignedA = true;
+  QSP_HD static int chain_of(int m) { return m; }
+  using Raw = WTraits<WFormat::kQ8_0>::Raw;
+  struct Lane {
+    uint32_t on;  // ~0 on the lanes of columns 0 and 1
+  };
+  struct Acc {
+    float f[2];
+  };
+  QSP_HD static Lane lane(int g, int) { return Lane{g < 2 ? ~0u : 0u}; }
+  // Words s = 0, 2, 1, 3 of the lane's limb (word_of's order).
+  QSP_HD static int word_base(int g, int t) { return word_of(t, g & 1, 0); }
+  QSP_HD static constexpr int sum_pos(int s) { return s; }  // unused: no correction
+  QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[4], const int32_t (&)[2], const Lane& L,
+                          uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
+QSP_HD_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      A[h][0] = r.q[h][0] ^ 0x80808080u;
+      A[h][1] = r.q[h][2] ^ 0x80808080u;
+      A[h][2] = r.q[h][1] ^ 0x80808080u;
+      A[h][3] = r.q[h][3] ^ 0x80808080u;
+      B[h][0] = xw[h] & L.on;      // step 2h
+      B[h][1] = xw[2 + h] & L.on;  // step 2h + 1
+      C[h][0] = C[h][1] = C[h][2] = C[h][3] = 0;
+    }
+  }
+  QSP_HD static void combine(const Raw& r, const int32_t (&D)[2][4], const int32_t (&)[2], const Lane&, Acc& acc) {
+QSP_HD_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      acc.f[0] += float(256 * D[h][0] + D[h][1]) * hlo(r.s[h]);
+      acc.f[1] += float(256 * D[h][2] + D[h][3]) * hhi(r.s[h]);
+    }
+  }
+  QSP_HD static void flush(const Raw&, const Lane&, float sx, Acc& acc, float (&out)[2]) {
+    out[0] += acc.f[0] * sx;
+    out[1] += acc.f[1] * sx;
+    acc.f[0] = acc.f[1] = 0.0f;
   }
 };
 

@@ -69,6 +69,12 @@ struct WTraits<WFormat::kQ8_0> {
     lds128(r.q[hs][0], r.q[hs][1], r.q[hs][2], r.q[hs][3], sb + v * kUnit + hs * 512 + lane * 16);
     lds32(r.s[hs], sb + tiles * kUnit + v * kScaleUnit + (lane >> 2) * 8 + 4 * hs);
   }
+  // ldg_raw's words by plain reads (the integer GEMV's CPU test: kernels/gemv_i8.cuh).
+  QSP_HD static void raw_at(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 4; ++i) r.q[h][i] = qw::rd32(w + unit * kUnit + h * 512 + lane * 16 + 4 * i);
+    for (int i = 0; i < 2; ++i) r.s[i] = qw::rd32(w + soff + unit * kScaleUnit + (lane >> 2) * 8 + 4 * i);
+  }
   __device__ static void ldg_raw(Raw& r, const uint8_t* w, size_t soff, size_t unit, int lane) {
     ldg128_stream(r.q[0][0], r.q[0][1], r.q[0][2], r.q[0][3], w + unit * kUnit + lane * 16);
     ldg128_stream(r.q[1][0], r.q[1][1], r.q[1][2], r.q[1][3], w + unit * kUnit + 512 + lane * 16);

@@ -28,18 +28,21 @@ using namespace qsp;
 using namespace qsp::kern;
 
 
-// mma.sync.m16n8k32.row.col.s32.u8.s8.s32 over a warp's registers, from the
-// PTX ISA's fragment layout: lane (g, t) holds A rows g (a0, a2) and g + 8
+// mma.sync.m16n8k32.row.col.s32.u8.s8.s32 (kSigned: .s8.s8) over a warp's
+// registers, from the PTX ISA's fragment layout: lane (g, t) holds A rows g (a0, a2) and g + 8
 // (a1, a3), k = 4t + byte (a0, a1) and 16 + 4t + byte (a2, a3); B column g,
 // k = 4t + byte (b0) and 16 + 4t + byte (b1); C / D rows g (c0, c1) and g + 8
 // (c2, c3), columns 2t, 2t + 1.
-void mma_emulated(const uint32_t (&A)[32][4], const uint32_t (&B)[32][2], int32_t (&D)[32][4]) {
-  uint8_t a[16][32];
+void mma_emulated(bool kSigned, const uint32_t (&A)[32][4], const uint32_t (&B)[32][2], int32_t (&D)[32][4]) {
+  int32_t a[16][32];
   int8_t b[32][8];
   for (int l = 0; l < 32; ++l) {
     const int g = l >> 2, t = l & 3;
     for (int r = 0; r < 4; ++r)
-      for (int j = 0; j < 4; ++j) a[g + 8 * (r & 1)][4 * t + j + 16 * (r >> 1)] = uint8_t(A[l][r] >> (8 * j));
+      for (int j = 0; j < 4; ++j) {
+        const uint8_t byte = uint8_t(A[l][r] >> (8 * j));
+        a[g + 8 * (r & 1)][4 * t + j + 16 * (r >> 1)] = kSigned ? int32_t(int8_t(byte)) : int32_t(byte);
+      }
     for (int r = 0; r < 2; ++r)
       for (int j = 0; j < 4; ++j) b[4 * t + j + 16 * r][g] = int8_t(uint8_t(B[l][r] >> (8 * j)));
   }
@@ -48,7 +51,7 @@ void mma_emulated(const uint32_t (&A)[32][4], const uint32_t (&B)[32][2], int32_
     for (int i = 0; i < 4; ++i) {
       const int row = g + 8 * (i >> 1), n = 2 * t + (i & 1);
       int32_t s = D[l][i];
-      for (int k = 0; k < 32; ++k) s += int32_t(a[row][k]) * int32_t(b[k][n]);
+      for (int k = 0; k < 32; ++k) s += a[row][k] * int32_t(b[k][n]);
       D[l][i] = s;
     }
   }
@@ -140,7 +143,7 @@ Result run_emulated(const std::vector<uint8_t>& dev, int64_t rows, int64_t cols,
           for (int ch = 0; ch < I::kChains; ++ch)
             for (int r = 0; r < 4; ++r) D[ch][l][r] = c[ch][r];
         }
-        for (int m = 0; m < I::kMmas; ++m) mma_emulated(A[m], B[m], D[I::chain_of(m)]);
+        for (int m = 0; m < I::kMmas; ++m) mma_emulated(I::kSignedA, A[m], B[m], D[I::chain_of(m)]);
         for (int l = 0; l < 32; ++l) {
           int32_t d[I::kChains][4];
           for (int ch = 0; ch < I::kChains; ++ch)
@@ -243,7 +246,10 @@ TEST_CASE("gemv i8: the integer GEMV's lanes and mmas on the CPU equal the dot p
     check_i8<WFormat::kQ3_K>(QSP_DTYPE_Q3_K, sh[0], sh[1], 74);
     check_i8<WFormat::kQ5_K>(QSP_DTYPE_Q5_K, sh[0], sh[1], 77);
     check_i8<WFormat::kQ6_K>(QSP_DTYPE_Q6_K, sh[0], sh[1], 78);
+    check_i8<WFormat::kQ8_0>(QSP_DTYPE_Q8_0, sh[0], sh[1], 79);
   }
+  check_i8<WFormat::kQ8_0>(QSP_DTYPE_Q8_0, 20, 96, 80);
+  check_i8<WFormat::kQ8_0>(QSP_DTYPE_Q8_0, 17, 4160, 81);
   check_i8<WFormat::kQ4_0>(QSP_DTYPE_Q4_0, 20, 96, 75);
   check_i8<WFormat::kQ4_0>(QSP_DTYPE_Q4_0, 17, 4160, 76);
 }

@@ -391,7 +391,8 @@ void gemv_i8_cases(const std::vector<std::array<int64_t, 3>>& cases, uint64_t se
 TEST_CASE("op gemm: the integer GEMV of one token, every format it serves", "[gpu][gemm][gemv][i8]") {
   QSP_REQUIRE_GPU();
   std::vector<std::array<int64_t, 3>> cases;
-  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K}) {
+  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K,
+                     QSP_DTYPE_Q8_0}) {
     cases.push_back({dt, 4096, 4096});  // Qwen3-8B q / o
     cases.push_back({dt, 1000, 1024});  // N % 16 != 0, 0.6B K
     cases.push_back({dt, 1024, 3072});  // Qwen3-0.6B down
@@ -399,15 +400,17 @@ TEST_CASE("op gemm: the integer GEMV of one token, every format it serves", "[gp
   }
   cases.push_back({QSP_DTYPE_Q4_0, 200, 4160});  // K % 256 == 64: the last group one chunk
   cases.push_back({QSP_DTYPE_Q4_0, 24, 96});     // K % 64 == 32: a half chunk
+  cases.push_back({QSP_DTYPE_Q8_0, 24, 96});
+  cases.push_back({QSP_DTYPE_Q8_0, 200, 4160});
   gemv_i8_cases(cases, 8100);
 
-  OpWeight q8(QSP_DTYPE_Q8_0, 64, 256, 8200), q4(QSP_DTYPE_Q4_0, 64, 256, 8201);
-  CHECK_FALSE(qsp::kern::gemm_gemv_i8_ok(q8.dw.fmt, 1));
+  OpWeight none(QSP_DTYPE_Q5_0, 64, 256, 8200), q4(QSP_DTYPE_Q4_0, 64, 256, 8201);  // none: a format without it
+  CHECK_FALSE(qsp::kern::gemm_gemv_i8_ok(none.dw.fmt, 1));
   CHECK_FALSE(qsp::kern::gemm_gemv_i8_ok(q4.dw.fmt, 2));
   DevBuf out(size_t(4) * 64 * 4);
   for (int M : {1, 2}) {
     OpActs x(M, 256, 256, 8202);
-    GemmArgs g = f32_args(x.ptr(), 256, M, (M == 1 ? q8 : q4).dw, out.as<float>(), 64);
+    GemmArgs g = f32_args(x.ptr(), 256, M, (M == 1 ? none : q4).dw, out.as<float>(), 64);
     g.gemv_i8 = qsp::kern::GemvI8::kOn;
     CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorNotSupported);
   }
@@ -433,7 +436,9 @@ TEST_CASE("op gemm: the integer GEMV on small shapes", "[gpu][gemm][gemv][i8][sa
                  {QSP_DTYPE_Q2_K, 17, 256},
                  {QSP_DTYPE_Q3_K, 40, 768},
                  {QSP_DTYPE_Q5_K, 24, 256},
-                 {QSP_DTYPE_Q6_K, 40, 512}},
+                 {QSP_DTYPE_Q6_K, 40, 512},
+                 {QSP_DTYPE_Q8_0, 40, 96},
+                 {QSP_DTYPE_Q8_0, 24, 320}},
                 8300);
 }
 
