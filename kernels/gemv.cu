@@ -339,7 +339,10 @@ __device__ __forceinline__ float stage_i8(const KArgs& a, int j, float nscale, c
   for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float inv = amax > 0.0f ? i8::kXMax / amax : 0.0f;
+  // An approximate quotient (2 ulp; IEEE division is a ~10-instruction
+  // subroutine per group): |x inv| <= kXMax (1 + 2^-22) still rounds to at
+  // most kXMax, and the scale applied afterwards is sx, not 1 / inv.
+  const float inv = amax > 0.0f ? __fdividef(i8::kXMax, amax) : 0.0f;
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     const uint32_t b[4] = {i8::qbits(v[4 * k], inv), i8::qbits(v[4 * k + 1], inv), i8::qbits(v[4 * k + 2], inv),
@@ -451,7 +454,7 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const 
         uint32_t s2[2];
         lds64(s2[0], s2[1], s_at + 16u * uint32_t(q));
         int32_t S[2];
-        i8::lane_sums(s2[0], s2[1], t, S);
+        I::lane_sums(s2[0], s2[1], t, S);
 #pragma unroll
         for (int w = 0; w < NM; ++w) {
           uint32_t A[I::kMmas][4], B[I::kMmas][2];

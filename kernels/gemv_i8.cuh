@@ -137,6 +137,14 @@ QSP_HD inline uint32_t nib(uint32_t w, int sh) { return (w >> sh) & 0x0f0f0f0fu;
 QSP_HD inline float hlo(uint32_t w) { return qw::hd::f16lo(w); }
 QSP_HD inline float hhi(uint32_t w) { return qw::hd::f16hi(w); }
 
+// The lane's two step sums from the 4 staged at `sums` (I8<F>::sum_pos
+// order): the pair at 2 (t >> 1), zero on the hi lanes.
+QSP_HD inline void lane_sums(uint32_t w0, uint32_t w1, int t, int32_t (&Sl)[2]) {
+  const uint32_t lo = (t & 1) ? ~0u : 0u;
+  Sl[0] = int32_t(w0 & lo);
+  Sl[1] = int32_t(w1 & lo);
+}
+
 // ---- Formats --------------------------------------------------------------------------
 // I8<F> (absent: the format keeps the fp16 GEMV):
 //   kMmas, kChains     mmas per chunk and independent accumulators (chain_of(m))
@@ -145,6 +153,8 @@ QSP_HD inline float hhi(uint32_t w) { return qw::hd::f16hi(w); }
 //   kSignedA           the A registers hold s8 codes (mma s8 x s8), else u8
 //   Lane               per-lane constants (lane(g, t))
 //   sum_pos(s)         where step s's activation sum is staged (see above)
+//   lane_sums(w0, w1, t, Sl)  the lane's sums Sl from the pair of staged sums
+//                      it reads at 2 (t >> 1)
 //   prep(raw, xw, Sl, L, A, B, C)  the mmas' fragments and first accumulators
 //                      (Sl: the lane's two step sums, zero on hi lanes)
 //   Acc / combine(raw, D, Sl, L, acc) / flush(raw, L, sx, acc, out)
@@ -181,8 +191,10 @@ struct Q4Like {
     return L;
   }
   QSP_HD static int word_base(int g, int t) { return word_of(t, (g >> 1) & 1, g >> 2); }
-  // The lane's sums: steps t >> 1 (h = 0) and 2 + (t >> 1) (h = 1).
+  // The lane's sums: steps t >> 1 (h = 0) and 2 + (t >> 1) (h = 1), on
+  // the lo lanes.
   QSP_HD static constexpr int sum_pos(int s) { return 2 * (s & 1) + (s >> 1); }
+  QSP_HD static void lane_sums(uint32_t w0, uint32_t w1, int t, int32_t (&Sl)[2]) { i8::lane_sums(w0, w1, t, Sl); }
   QSP_HD static void frags(const uint32_t (&q)[4], const uint32_t (&xw)[2], const Lane& L, uint32_t (&A)[2][4],
                            uint32_t (&B)[2][2]) {
 QSP_HD_UNROLL
@@ -355,31 +367,40 @@ QSP_HD_UNROLL
 // Q2_K and Q3_K: two lane words of 2-bit fields, word w = steps 2w, 2w + 1,
 // field of (s, p, e) at q2_bit. Low mma w: a0 = fields at bits 0, 8, 16, 24
 // ((s, e) = (2w, 0) (2w+1, 0) (2w, 1) (2w+1, 1), row g), a2 at 2 + those (e =
-// 2, 3), a1 / a3 at 4 / 6 (row g + 8). Column n = g: step 2 (g >> 2) + (g &
-// 1) (in low mma g >> 2 only, parity g & 1), limb (g >> 1) & 1. Every mma of
-// the chunk adds to one accumulator: D = (row g, step sa), (row g, sa + 1),
-// (row g + 8, sa), (row g + 8, sa + 1) with sa = 2 (t >> 1), limb t & 1.
+// 2, 3), a1 / a3 at 4 / 6 (row g + 8). Column n = g: step g >> 1 (in low mma
+// g >> 2 only, parity (g >> 1) & 1), limb g & 1. Every mma of the chunk adds
+// to one accumulator, so lane t holds both limbs of one step, t: D = (row g,
+// hi), (row g, lo), (row g + 8, hi), (row g + 8, lo). 256 hi + lo is then one
+// IMAD and each (row, step)'s scale and min apply once, in the one lane that
+// has it (with the limbs in two lanes, 2026-12-05, every scale applied twice:
+// ~26 instructions a chunk where this takes ~12).
 struct Q23 {
   static constexpr int kWords = 1;
   static constexpr bool kSignedA = false;
   struct Lane {
     uint32_t sel[2][2];   // low mma w
     uint32_t hsel[2][2];  // Q3_K: high mma P
-    int t, sa;
+    int t;
   };
   QSP_HD static Lane lane(int g, int t) {
     Lane L;
-    for (int w = 0; w < 2; ++w) sels((g >> 2) == w, g & 1, L.sel[w]);
-    // Q3_K's high bits of steps P, P + 2 (P = 0, 1): column n's step is in
-    // high mma g & 1, at parity g >> 2 (step P even, P + 2 odd).
-    for (int P = 0; P < 2; ++P) sels((g & 1) == P, g >> 2, L.hsel[P]);
+    for (int w = 0; w < 2; ++w) sels((g >> 2) == w, (g >> 1) & 1, L.sel[w]);
+    // Q3_K's high bits of steps P, P + 2 (P = 0, 1): column n's step g >> 1
+    // is in high mma (g >> 1) & 1, at parity g >> 2 (step P even, P + 2 odd).
+    for (int P = 0; P < 2; ++P) sels(((g >> 1) & 1) == P, g >> 2, L.hsel[P]);
     L.t = t;
-    L.sa = 2 * (t >> 1);
     return L;
   }
-  QSP_HD static int word_base(int g, int t) { return word_of(t, (g >> 1) & 1, 2 * (g >> 2) + (g & 1)); }
-  // The lane's sums: steps sa, sa + 1.
+  QSP_HD static int word_base(int g, int t) { return word_of(t, g & 1, g >> 1); }
+  // The lane's sum: step t (Sl[0], on every lane: each step's min or
+  // offset is applied by one lane only).
   QSP_HD static constexpr int sum_pos(int s) { return s; }
+  QSP_HD static void lane_sums(uint32_t w0, uint32_t w1, int t, int32_t (&Sl)[2]) {
+    Sl[0] = int32_t((t & 1) ? w1 : w0);
+    Sl[1] = 0;
+  }
+  // The lane's step of row g + 8p: 256 hi + lo.
+  QSP_HD static int32_t limbs(const int32_t (&D)[1][4], int p) { return 256 * D[0][2 * p] + D[0][2 * p + 1]; }
   QSP_HD static void low_frags(const uint32_t (&q)[2], uint32_t xw, const Lane& L, uint32_t (&A)[4][4],
                                uint32_t (&B)[4][2]) {
 QSP_HD_UNROLL
@@ -414,24 +435,20 @@ QSP_HD_UNROLL
     }
     C[0][0] = C[0][1] = C[0][2] = C[0][3] = 0;
   }
-  // x = d sc q - dmin m per 16-column step; sc[p] byte s = sc | m << 4.
+  // x = d sc q - dmin m per 16-column step; sc[p] byte s = sc | m << 4
+  // (|sums| < 2^27 over a group's 4 chunks).
   QSP_HD static void combine(const Raw& r, const int32_t (&D)[1][4], const int32_t (&Sl)[2], const Lane& L,
                              Acc& acc) {
 QSP_HD_UNROLL
     for (int p = 0; p < 2; ++p) {
-      const uint32_t b = r.sc[p] >> (8 * L.sa);
-QSP_HD_UNROLL
-      for (int i = 0; i < 2; ++i) {
-        const uint32_t v = (b >> (8 * i)) & 0xffu;
-        acc.sc[p] += int32_t(v & 15u) * D[0][2 * p + i];
-        acc.mn[p] += int32_t(v >> 4) * Sl[i];
-      }
+      const uint32_t v = (r.sc[p] >> (8 * L.t)) & 0xffu;
+      acc.sc[p] += int32_t(v & 15u) * limbs(D, p);
+      acc.mn[p] += int32_t(v >> 4) * Sl[0];
     }
   }
-  QSP_HD static void flush(const Raw& r, const Lane& L, float sx, Acc& acc, float (&out)[2]) {
-    const float f = (L.t & 1) ? sx : 256.0f * sx;
-    out[0] += float(acc.sc[0]) * (hlo(r.dd[0]) * f) - float(acc.mn[0]) * (hlo(r.dd[1]) * sx);
-    out[1] += float(acc.sc[1]) * (hhi(r.dd[0]) * f) - float(acc.mn[1]) * (hhi(r.dd[1]) * sx);
+  QSP_HD static void flush(const Raw& r, const Lane&, float sx, Acc& acc, float (&out)[2]) {
+    out[0] += float(acc.sc[0]) * (hlo(r.dd[0]) * sx) - float(acc.mn[0]) * (hlo(r.dd[1]) * sx);
+    out[1] += float(acc.sc[1]) * (hhi(r.dd[0]) * sx) - float(acc.mn[1]) * (hhi(r.dd[1]) * sx);
     acc.sc[0] = acc.sc[1] = acc.mn[0] = acc.mn[1] = 0;
   }
 };
@@ -440,8 +457,8 @@ QSP_HD_UNROLL
 // bit of (s, p, e) at q3h_bit) go through two more mmas into the same
 // accumulator, each byte 4 * bit: high mma P holds steps P (even bytes) and
 // P + 2 (odd): a0 = bits at 4P + {0, 8, 16, 24} (row g, e = 0, 1), a2 at
-// +1 (e = 2, 3), a1 / a3 at +2 / +3 (row g + 8). The lo lanes start at
-// -4 S of their (row, step) sums.
+// +1 (e = 2, 3), a1 / a3 at +2 / +3 (row g + 8). The lo limb's sums start
+// at -4 S of the lane's step (|sums| < 2^29 over a group).
 template <>
 struct I8<WFormat::kQ3_K> : Q23 {
   static constexpr int kMmas = 4, kChains = 1;
@@ -465,21 +482,16 @@ QSP_HD_UNROLL
       B[2 + P][0] = perm(xw[0], 0u, L.hsel[P][0]);
       B[2 + P][1] = perm(xw[0], 0u, L.hsel[P][1]);
     }
-    C[0][0] = C[0][2] = -4 * Sl[0];
-    C[0][1] = C[0][3] = -4 * Sl[1];
+    C[0][0] = C[0][2] = 0;
+    C[0][1] = C[0][3] = -4 * Sl[0];
   }
   QSP_HD static void combine(const Raw& r, const int32_t (&D)[1][4], const int32_t (&)[2], const Lane& L, Acc& acc) {
 QSP_HD_UNROLL
-    for (int p = 0; p < 2; ++p) {
-      const uint32_t b = r.sc[p] >> (8 * L.sa);
-QSP_HD_UNROLL
-      for (int i = 0; i < 2; ++i) acc.sc[p] += (int32_t((b >> (8 * i)) & 0xffu) - 32) * D[0][2 * p + i];
-    }
+    for (int p = 0; p < 2; ++p) acc.sc[p] += (int32_t((r.sc[p] >> (8 * L.t)) & 0xffu) - 32) * limbs(D, p);
   }
-  QSP_HD static void flush(const Raw& r, const Lane& L, float sx, Acc& acc, float (&out)[2]) {
-    const float f = (L.t & 1) ? sx : 256.0f * sx;
-    out[0] += float(acc.sc[0]) * (hlo(r.d) * f);
-    out[1] += float(acc.sc[1]) * (hhi(r.d) * f);
+  QSP_HD static void flush(const Raw& r, const Lane&, float sx, Acc& acc, float (&out)[2]) {
+    out[0] += float(acc.sc[0]) * (hlo(r.d) * sx);
+    out[1] += float(acc.sc[1]) * (hhi(r.d) * sx);
     acc.sc[0] = acc.sc[1] = 0;
   }
 };
@@ -509,6 +521,7 @@ struct I8<WFormat::kQ8_0> {
   // Words s = 0, 2, 1, 3 of the lane's limb (word_of's order).
   QSP_HD static int word_base(int g, int t) { return word_of(t, g & 1, 0); }
   QSP_HD static constexpr int sum_pos(int s) { return s; }  // unused: no correction
+  QSP_HD static void lane_sums(uint32_t, uint32_t, int, int32_t (&Sl)[2]) { Sl[0] = Sl[1] = 0; }
   QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[4], const int32_t (&)[2], const Lane& L,
                           uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
 QSP_HD_UNROLL
@@ -535,14 +548,6 @@ QSP_HD_UNROLL
     acc.f[0] = acc.f[1] = 0.0f;
   }
 };
-
-// The lane's two step sums from the 4 staged at `sums` (I8<F>::sum_pos
-// order): the pair at 2 (t >> 1), zero on the hi lanes.
-QSP_HD inline void lane_sums(uint32_t w0, uint32_t w1, int t, int32_t (&Sl)[2]) {
-  const uint32_t lo = (t & 1) ? ~0u : 0u;
-  Sl[0] = int32_t(w0 & lo);
-  Sl[1] = int32_t(w1 & lo);
-}
 
 // ---- Staging: lane l of a warp, group j ----------------------------------------------------
 // Lane l takes chunk 4j + (l >> 3), quad t = l & 3, steps s0 = (l >> 2) & 1

@@ -128,7 +128,7 @@ Result run_emulated(const std::vector<uint8_t>& dev, int64_t rows, int64_t cols,
           const int g = l >> 2, t = l & 3;
           int32_t(&Sl)[2] = Sls[l];
           const uint32_t* sp = &st[i8::kSumWord + 4 * q + 2 * (t >> 1)];
-          i8::lane_sums(sp[0], sp[1], t, Sl);
+          I::lane_sums(sp[0], sp[1], t, Sl);
           raw_of<T>(raw[l], dev.data(), soff, u, l, 0);
           if (q == 0) raw0[l] = raw[l];
           uint32_t xw[I::kWords];
