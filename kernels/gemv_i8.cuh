@@ -43,17 +43,21 @@
 //     lane quad t holds in the weight layout (kernels/qweight_layout.h);
 //   S[s] = the sum of x_int over the 16 columns of step s, at word
 //     I8<F>::sum_pos(s) of the 4 after the chunks' words: each lane reads
-//     the two it needs as one 8-byte load at 2 (t >> 1) (lane_sums), zero on
-//     the hi lanes (t even), whose sums must not count the corrections.
+//     the pair at 2 (t >> 1) as one 8-byte load and takes what it needs
+//     (I8<F>::lane_sums).
 //
 // ---- B registers ----------------------------------------------------------------------
-// Lane (g, t) provides token column n = g: limb (g >> 1) & 1, and a k step
-// and parity chosen by the format. Its two B registers (k slots 4t .. 4t+3,
+// Lane (g, t) provides token column n = g: limb g & 1, and a k step and
+// parity chosen by the format. Its two B registers (k slots 4t .. 4t+3,
 // 16 + 4t ..) are one staged word spread over the even or the odd bytes
 // (prmt with zeros): bytes 0, 2 (even) or 1, 3 (odd) carry e = 0, 1 (b0) and
 // e = 2, 3 (b1); the other bytes are 0, so the codes there do not count in
 // this column. D (c0, c1: row g, n = 2t, 2t + 1; c2, c3: row g + 8) then
-// holds per lane: limb t & 1, the rest as the format says.
+// holds per lane both limbs (hi in c0 / c2, lo in c1 / c3) of what column
+// pair t carries, as the format says: 256 hi + lo is one IMAD, and each
+// (row, k step)'s scale, min or offset applies in the one lane that has it.
+// (Until 2026-12-05 column n = g carried limb (g >> 1) & 1: the limbs sat in
+// two lanes, and every scale applied twice.)
 #pragma once
 
 #include <cstdint>
@@ -137,14 +141,6 @@ QSP_HD inline uint32_t nib(uint32_t w, int sh) { return (w >> sh) & 0x0f0f0f0fu;
 QSP_HD inline float hlo(uint32_t w) { return qw::hd::f16lo(w); }
 QSP_HD inline float hhi(uint32_t w) { return qw::hd::f16hi(w); }
 
-// The lane's two step sums from the 4 staged at `sums` (I8<F>::sum_pos
-// order): the pair at 2 (t >> 1), zero on the hi lanes.
-QSP_HD inline void lane_sums(uint32_t w0, uint32_t w1, int t, int32_t (&Sl)[2]) {
-  const uint32_t lo = (t & 1) ? ~0u : 0u;
-  Sl[0] = int32_t(w0 & lo);
-  Sl[1] = int32_t(w1 & lo);
-}
-
 // ---- Formats --------------------------------------------------------------------------
 // I8<F> (absent: the format keeps the fp16 GEMV):
 //   kMmas, kChains     mmas per chunk and independent accumulators (chain_of(m))
@@ -173,28 +169,32 @@ struct HasI8<F, std::void_t<decltype(I8<F>::kMmas)>> : std::true_type {};
 // mma h (the 32-column block / sub-block h of the chunk): A rows g = step
 // 2h's word, g + 8 = step 2h + 1's (a0 / a1 their nibbles at 0, 8, 16, 24:
 // (p, e) = (0,0) (1,0) (0,1) (1,1); a2 / a3 at 4, ...: e = 2, 3). Column n =
-// g: step 2h + (g >> 2), row half p = g & 1 (the parity), limb (g >> 1) & 1.
+// g: step 2h + (g >> 2), row half p = (g >> 1) & 1 (the parity), limb g & 1.
 // Useful D: lanes t < 2 c0 / c1 (A rows g, i.e. step 2h), t >= 2 c2 / c3
-// (step 2h + 1), for rows g (p = 0) and g + 8; the lane's step 2h + (t >> 1).
+// (step 2h + 1), hi and lo of row g + 8 p with p = t & 1: each lane has one
+// (row, step) of each mma, the lane's step 2h + (t >> 1).
 struct Q4Like {
   static constexpr int kMmas = 2, kChains = 2, kWords = 2;
   static constexpr bool kSignedA = false;
   QSP_HD static int chain_of(int m) { return m; }
   struct Lane {
     uint32_t sel[2];
-    int t;
+    int t, p;
   };
   QSP_HD static Lane lane(int g, int t) {
     Lane L;
-    sels(true, g & 1, L.sel);
+    sels(true, (g >> 1) & 1, L.sel);
     L.t = t;
+    L.p = t & 1;
     return L;
   }
-  QSP_HD static int word_base(int g, int t) { return word_of(t, (g >> 1) & 1, g >> 2); }
-  // The lane's sums: steps t >> 1 (h = 0) and 2 + (t >> 1) (h = 1), on
-  // the lo lanes.
+  QSP_HD static int word_base(int g, int t) { return word_of(t, g & 1, g >> 2); }
+  // The lane's sums: steps t >> 1 (h = 0) and 2 + (t >> 1) (h = 1).
   QSP_HD static constexpr int sum_pos(int s) { return 2 * (s & 1) + (s >> 1); }
-  QSP_HD static void lane_sums(uint32_t w0, uint32_t w1, int t, int32_t (&Sl)[2]) { i8::lane_sums(w0, w1, t, Sl); }
+  QSP_HD static void lane_sums(uint32_t w0, uint32_t w1, int, int32_t (&Sl)[2]) {
+    Sl[0] = int32_t(w0);
+    Sl[1] = int32_t(w1);
+  }
   QSP_HD static void frags(const uint32_t (&q)[4], const uint32_t (&xw)[2], const Lane& L, uint32_t (&A)[2][4],
                            uint32_t (&B)[2][2]) {
 QSP_HD_UNROLL
@@ -220,10 +220,17 @@ QSP_HD_UNROLL
       C[h][0] = C[h][1] = C[h][2] = C[h][3] = 0;
     }
   }
-  // The lane's two useful sums of mma h: rows g, g + 8.
+  // The lane's useful sums of mma h: hi, lo.
   QSP_HD static void useful(const int32_t (&D)[4], int t, int32_t (&u)[2]) {
     u[0] = t < 2 ? D[0] : D[2];
     u[1] = t < 2 ? D[1] : D[3];
+  }
+  // The lane's row's half of a word holding row g's half and row g + 8's.
+  QSP_HD static uint32_t row_half(uint32_t w, const Lane& L) { return L.p ? w >> 16 : w & 0xffffu; }
+  // v into the lane's row of out (rows g, g + 8).
+  QSP_HD static void add_row(float v, const Lane& L, float (&out)[2]) {
+    out[0] += L.p ? 0.0f : v;
+    out[1] += L.p ? v : 0.0f;
   }
 };
 
@@ -231,30 +238,30 @@ template <>
 struct I8<WFormat::kQ4_0> : Q4Like {
   using Raw = WTraits<WFormat::kQ4_0>::Raw;
   struct Acc {
-    float f[2];
+    float f;
   };
-  // x = d (q - 8): the lo lanes start at -8 S of their step (the sum of q x
-  // then less 8 x per column, once over the quad's lanes).
+  // x = d (q - 8): the lo limb starts at -8 S of the lane's step, so 256 hi
+  // + lo is the sum of (q - 8) x_int (|.| < 2^24: exact in fp32).
   QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&Sl)[2], const Lane& L,
                           uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
     frags(r.q, xw, L, A, B);
 QSP_HD_UNROLL
-    for (int h = 0; h < 2; ++h) C[h][0] = C[h][1] = C[h][2] = C[h][3] = -8 * Sl[h];
+    for (int h = 0; h < 2; ++h) {
+      C[h][0] = C[h][2] = 0;
+      C[h][1] = C[h][3] = -8 * Sl[h];
+    }
   }
   QSP_HD static void combine(const Raw& r, const int32_t (&D)[2][4], const int32_t (&)[2], const Lane& L, Acc& acc) {
 QSP_HD_UNROLL
     for (int h = 0; h < 2; ++h) {
       int32_t u[2];
       useful(D[h], L.t, u);
-      acc.f[0] += float(u[0]) * hlo(r.s[h]);
-      acc.f[1] += float(u[1]) * hhi(r.s[h]);
+      acc.f += float(256 * u[0] + u[1]) * hlo(row_half(r.s[h], L));
     }
   }
   QSP_HD static void flush(const Raw&, const Lane& L, float sx, Acc& acc, float (&out)[2]) {
-    const float f = (L.t & 1) ? sx : 256.0f * sx;
-    out[0] += acc.f[0] * f;
-    out[1] += acc.f[1] * f;
-    acc.f[0] = acc.f[1] = 0.0f;
+    add_row(acc.f * sx, L, out);
+    acc.f = 0.0f;
   }
 };
 
@@ -273,32 +280,29 @@ template <WFormat F>
 struct KQ4Like : Q4Like {
   using Raw = typename WTraits<F>::Raw;
   struct Acc {
-    int32_t sc[2], mn[2];
+    int32_t hi, lo, mn;  // |.| < 2^29 over a group
   };
-  // x = d sc q - dmin m: sc (q x) summed in integer per row, m (x summed)
-  // on the lo lanes (their step's S: both steps of the sub-block once).
-  // side[h] bytes: sc, m of row g, then of row g + 8.
+  // x = d sc q - dmin m: sc (q x) summed in integer per limb, m times the
+  // lane's step's S (the sub-block's two steps are in two lanes). side[h]
+  // bytes: sc, m of row g, then of row g + 8; side[2 + p]: d, dmin of row
+  // g + 8 p.
   QSP_HD static void combine(const Raw& r, const int32_t (&D)[2][4], const int32_t (&Sl)[2], const Lane& L,
                              Acc& acc) {
 QSP_HD_UNROLL
     for (int h = 0; h < 2; ++h) {
       int32_t u[2];
       useful(D[h], L.t, u);
-      const uint32_t sm = r.side[h];
-      acc.sc[0] += int32_t(sm & 0xffu) * u[0];
-      acc.mn[0] += int32_t((sm >> 8) & 0xffu) * Sl[h];
-      acc.sc[1] += int32_t((sm >> 16) & 0xffu) * u[1];
-      acc.mn[1] += int32_t(sm >> 24) * Sl[h];
+      const uint32_t sm = row_half(r.side[h], L);
+      const int32_t sc = int32_t(sm & 0xffu);
+      acc.hi += sc * u[0];
+      acc.lo += sc * u[1];
+      acc.mn += int32_t(sm >> 8) * Sl[h];
     }
   }
   QSP_HD static void flush(const Raw& r, const Lane& L, float sx, Acc& acc, float (&out)[2]) {
-    const float f = (L.t & 1) ? sx : 256.0f * sx;
-QSP_HD_UNROLL
-    for (int p = 0; p < 2; ++p) {
-      out[p] += float(acc.sc[p]) * (hlo(r.side[2 + p]) * f);
-      out[p] -= float(acc.mn[p]) * (hhi(r.side[2 + p]) * sx);
-      acc.sc[p] = acc.mn[p] = 0;
-    }
+    const uint32_t dd = L.p ? r.side[3] : r.side[2];
+    add_row(((256.0f * float(acc.hi) + float(acc.lo)) * hlo(dd) - float(acc.mn) * hhi(dd)) * sx, L, out);
+    acc.hi = acc.lo = acc.mn = 0;
   }
 };
 
@@ -323,15 +327,14 @@ struct I8<WFormat::kQ5_K> : KQ4Like<WFormat::kQ5_K> {
 };
 
 // Q6_K: x = d sc (q - 32) per 16-column step, q = nibble | high << 4 (the
-// 2-bit field at q2_bit of word qh[s >> 1]), sc int8. A lane's useful sums
-// (Q4Like::useful) are of one step each, 2h + (t >> 1). The -32 x per
-// column is applied in fp32 at the flush (in integer, 32 S sc could
-// overflow 32 bits): mn sums sc S on the lo lanes.
+// 2-bit field at q2_bit of word qh[s >> 1]), sc int8. The -32 x per column
+// is applied in fp32 at the flush (in integer, 32 S sc could overflow 32
+// bits): mn sums sc S of the lane's steps.
 template <>
 struct I8<WFormat::kQ6_K> : Q4Like {
   using Raw = WTraits<WFormat::kQ6_K>::Raw;
   struct Acc {
-    int32_t sc[2], mn[2];
+    int32_t hi, lo, mn;  // |.| < 2^30 over a group
   };
   QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&)[2], const Lane& L,
                           uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
@@ -343,24 +346,22 @@ struct I8<WFormat::kQ6_K> : Q4Like {
   }
   QSP_HD static void combine(const Raw& r, const int32_t (&D)[2][4], const int32_t (&Sl)[2], const Lane& L,
                              Acc& acc) {
+    const uint32_t scs = L.p ? r.sc[1] : r.sc[0];  // the lane's row's 4 step scales
 QSP_HD_UNROLL
     for (int h = 0; h < 2; ++h) {
       int32_t u[2];
       useful(D[h], L.t, u);
       const int sh = 24 - 8 * (2 * h + (L.t >> 1));  // the lane's step's byte to the top
-QSP_HD_UNROLL
-      for (int p = 0; p < 2; ++p) {
-        const int32_t sc = int32_t(r.sc[p] << sh) >> 24;
-        acc.sc[p] += sc * u[p];
-        acc.mn[p] += sc * Sl[h];
-      }
+      const int32_t sc = int32_t(scs << sh) >> 24;
+      acc.hi += sc * u[0];
+      acc.lo += sc * u[1];
+      acc.mn += sc * Sl[h];
     }
   }
   QSP_HD static void flush(const Raw& r, const Lane& L, float sx, Acc& acc, float (&out)[2]) {
-    const float f = (L.t & 1) ? sx : 256.0f * sx;
-    out[0] += (float(acc.sc[0]) * f - 32.0f * float(acc.mn[0]) * sx) * hlo(r.d);
-    out[1] += (float(acc.sc[1]) * f - 32.0f * float(acc.mn[1]) * sx) * hhi(r.d);
-    acc.sc[0] = acc.sc[1] = acc.mn[0] = acc.mn[1] = 0;
+    const float d = L.p ? hhi(r.d) : hlo(r.d);
+    add_row((256.0f * float(acc.hi) + float(acc.lo) - 32.0f * float(acc.mn)) * (sx * d), L, out);
+    acc.hi = acc.lo = acc.mn = 0;
   }
 };
 
