@@ -219,13 +219,13 @@ bool gemm_gemv_i8_ok(WFormat fmt, int32_t M) { return M == 1 && gemv_i8_runs(fmt
 
 // GemvI8::kAuto's choice for format f streaming `bytes` of weights
 // (gemm_gemv_i8_ok checked by the caller). Measured on an H100 (bench/
-// RESULTS.md, seventeenth session), the decode step against the fp16 GEMV:
-// the K-quants win everywhere (8B Q4_K -17%, Q2_K -34%, Q3_K -24%; 0.6B
-// Q4_K -4%, Q2_K -12%); Q4_0 wins where the GEMV streams more than 8 MB
-// (8B -6%) and loses on the 0.6B's 1-4 MB GEMVs (+4%: latency, the
-// staging's chain), so it takes the integer GEMV above that size only.
-// Q5_K and Q6_K (their high bits moved under the nibbles) pass the CPU
-// test of the whole warp but have not run on a GPU yet: "all" only.
+// RESULTS.md, seventeenth and eighteenth sessions), the decode step against
+// the fp16 GEMV: the K-quants win everywhere (8B Q4_K -18%, Q2_K -39%, Q3_K
+// -26%, Q5_K -20%, Q6_K -20%; 0.6B Q4_K -4%, Q2_K -12%); Q4_0 and Q8_0 win
+// where the GEMV streams more than 8 MB (8B Q4_0 -7%, Q8_0 -3%: 12288 x 4096
+// 2613 GB/s against 2509; 4096 x 4096 equal) and Q4_0 loses on the 0.6B's
+// 1-4 MB GEMVs (+2-4%: latency, the staging's chain), so those two take the
+// integer GEMV above that size only.
 constexpr size_t kI8SmallBytes = size_t(8) << 20;  // the GEMVs that are latency (as kPdlGemvSmallBytes)
 bool gemv_i8_auto(WFormat f, size_t bytes) {
   static const bool all = [] {
@@ -234,8 +234,16 @@ bool gemv_i8_auto(WFormat f, size_t bytes) {
   }();
   if (!switch_on(Switch::kGemvI8)) return false;
   if (all) return true;
-  if (f == WFormat::kQ4_K || f == WFormat::kQ2_K || f == WFormat::kQ3_K) return true;
-  return f == WFormat::kQ4_0 && bytes > kI8SmallBytes;
+  switch (f) {
+    case WFormat::kQ2_K:
+    case WFormat::kQ3_K:
+    case WFormat::kQ4_K:
+    case WFormat::kQ5_K:
+    case WFormat::kQ6_K: return true;
+    case WFormat::kQ4_0:
+    case WFormat::kQ8_0: return bytes > kI8SmallBytes;
+    default: return false;
+  }
 }
 
 bool gemm_norm_in_ok(int32_t M, int32_t K) {
