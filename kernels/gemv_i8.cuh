@@ -165,6 +165,15 @@ struct HasI8 : std::false_type {};
 template <WFormat F>
 struct HasI8<F, std::void_t<decltype(I8<F>::kMmas)>> : std::true_type {};
 
+// A register's high bits moved under its codes: byte j's bit (or 2-bit
+// field) sits at src(j) = b + d (j & 1) + 16 (j >> 1) in w, wanted at 8 j +
+// dst: even bytes shift by dst - b, odd ones by 8 + dst - b - d; `mask`
+// keeps the moved field in every byte.
+QSP_HD inline uint32_t shl(uint32_t w, int d) { return d >= 0 ? w << d : w >> -d; }
+QSP_HD inline uint32_t move_hi(uint32_t w, int b, int d, int dst, uint32_t mask) {
+  return (shl(w, dst - b) & (mask & 0x00ff00ffu)) | (shl(w, 8 + dst - b - d) & (mask & 0xff00ff00u));
+}
+
 // Q4_0 and Q4_K: a lane word per k step, nibble of (p, e) at q4_shift(p, e).
 // mma h (the 32-column block / sub-block h of the chunk): A rows g = step
 // 2h's word, g + 8 = step 2h + 1's (a0 / a1 their nibbles at 0, 8, 16, 24:
@@ -234,29 +243,41 @@ QSP_HD_UNROLL
   }
 };
 
-template <>
-struct I8<WFormat::kQ4_0> : Q4Like {
-  using Raw = WTraits<WFormat::kQ4_0>::Raw;
+// Q4_0, Q5_0, Q4_1, Q5_1 (32-column blocks h with fp16 d, and m for the
+// affine ones): x = d (q - 8) / d (q - 16) (kHigh: Q5_x's fifth bit, word
+// h at qh_bit as Q5_K's, moved under the nibbles) or d q + m (kAffine). The
+// lo limb starts at -8 S (-16 S) of the lane's step, so 256 hi + lo is the
+// sum of the centred codes times x_int (|.| < 2^24: exact in fp32); the
+// affine formats add m times the lane's step's S instead.
+template <WFormat F, bool kHigh, bool kAffine>
+struct LegacyI8 : Q4Like {
+  using Raw = typename WTraits<F>::Raw;
   struct Acc {
     float f;
   };
-  // x = d (q - 8): the lo limb starts at -8 S of the lane's step, so 256 hi
-  // + lo is the sum of (q - 8) x_int (|.| < 2^24: exact in fp32).
   QSP_HD static void prep(const Raw& r, const uint32_t (&xw)[2], const int32_t (&Sl)[2], const Lane& L,
                           uint32_t (&A)[2][4], uint32_t (&B)[2][2], int32_t (&C)[2][4]) {
-    frags(r.q, xw, L, A, B);
+    if constexpr (kHigh) {
+      const uint32_t qh = r.h;
+      frags_hi(r.q, xw, L, [qh](int st, int ep) { return move_hi(qh, 4 * st + ep, 2, 4, 0x10101010u); }, A, B, C);
+    } else {
+      frags(r.q, xw, L, A, B);
+    }
+    constexpr int32_t kMid = kAffine ? 0 : kHigh ? 16 : 8;
 QSP_HD_UNROLL
     for (int h = 0; h < 2; ++h) {
       C[h][0] = C[h][2] = 0;
-      C[h][1] = C[h][3] = -8 * Sl[h];
+      C[h][1] = C[h][3] = -kMid * Sl[h];
     }
   }
-  QSP_HD static void combine(const Raw& r, const int32_t (&D)[2][4], const int32_t (&)[2], const Lane& L, Acc& acc) {
+  QSP_HD static void combine(const Raw& r, const int32_t (&D)[2][4], const int32_t (&Sl)[2], const Lane& L,
+                             Acc& acc) {
 QSP_HD_UNROLL
     for (int h = 0; h < 2; ++h) {
       int32_t u[2];
       useful(D[h], L.t, u);
       acc.f += float(256 * u[0] + u[1]) * hlo(row_half(r.s[h], L));
+      if constexpr (kAffine) acc.f += float(Sl[h]) * hlo(row_half(r.m[h], L));
     }
   }
   QSP_HD static void flush(const Raw&, const Lane& L, float sx, Acc& acc, float (&out)[2]) {
@@ -264,15 +285,14 @@ QSP_HD_UNROLL
     acc.f = 0.0f;
   }
 };
-
-// A register's high bits moved under its codes: byte j's bit (or 2-bit
-// field) sits at src(j) = b + d (j & 1) + 16 (j >> 1) in w, wanted at 8 j +
-// dst: even bytes shift by dst - b, odd ones by 8 + dst - b - d; `mask`
-// keeps the moved field in every byte.
-QSP_HD inline uint32_t shl(uint32_t w, int d) { return d >= 0 ? w << d : w >> -d; }
-QSP_HD inline uint32_t move_hi(uint32_t w, int b, int d, int dst, uint32_t mask) {
-  return (shl(w, dst - b) & (mask & 0x00ff00ffu)) | (shl(w, 8 + dst - b - d) & (mask & 0xff00ff00u));
-}
+template <>
+struct I8<WFormat::kQ4_0> : LegacyI8<WFormat::kQ4_0, false, false> {};
+template <>
+struct I8<WFormat::kQ5_0> : LegacyI8<WFormat::kQ5_0, true, false> {};
+template <>
+struct I8<WFormat::kQ4_1> : LegacyI8<WFormat::kQ4_1, false, true> {};
+template <>
+struct I8<WFormat::kQ5_1> : LegacyI8<WFormat::kQ5_1, true, true> {};
 
 // Q4_K and Q5_K: x = d sc q - dmin m per 32-column sub-block h (steps 2h,
 // 2h + 1, the chunk's mma h).

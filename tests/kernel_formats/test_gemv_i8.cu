@@ -247,7 +247,12 @@ TEST_CASE("gemv i8: the integer GEMV's lanes and mmas on the CPU equal the dot p
     check_i8<WFormat::kQ5_K>(QSP_DTYPE_Q5_K, sh[0], sh[1], 77);
     check_i8<WFormat::kQ6_K>(QSP_DTYPE_Q6_K, sh[0], sh[1], 78);
     check_i8<WFormat::kQ8_0>(QSP_DTYPE_Q8_0, sh[0], sh[1], 79);
+    check_i8<WFormat::kQ5_0>(QSP_DTYPE_Q5_0, sh[0], sh[1], 82);
+    check_i8<WFormat::kQ4_1>(QSP_DTYPE_Q4_1, sh[0], sh[1], 83);
+    check_i8<WFormat::kQ5_1>(QSP_DTYPE_Q5_1, sh[0], sh[1], 84);
   }
+  check_i8<WFormat::kQ5_1>(QSP_DTYPE_Q5_1, 20, 96, 85);
+  check_i8<WFormat::kQ4_1>(QSP_DTYPE_Q4_1, 17, 4160, 86);
   check_i8<WFormat::kQ8_0>(QSP_DTYPE_Q8_0, 20, 96, 80);
   check_i8<WFormat::kQ8_0>(QSP_DTYPE_Q8_0, 17, 4160, 81);
   check_i8<WFormat::kQ4_0>(QSP_DTYPE_Q4_0, 20, 96, 75);

@@ -392,7 +392,7 @@ TEST_CASE("op gemm: the integer GEMV of one token, every format it serves", "[gp
   QSP_REQUIRE_GPU();
   std::vector<std::array<int64_t, 3>> cases;
   for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K,
-                     QSP_DTYPE_Q8_0}) {
+                     QSP_DTYPE_Q8_0, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1}) {
     cases.push_back({dt, 4096, 4096});  // Qwen3-8B q / o
     cases.push_back({dt, 1000, 1024});  // N % 16 != 0, 0.6B K
     cases.push_back({dt, 1024, 3072});  // Qwen3-0.6B down
@@ -404,7 +404,7 @@ TEST_CASE("op gemm: the integer GEMV of one token, every format it serves", "[gp
   cases.push_back({QSP_DTYPE_Q8_0, 200, 4160});
   gemv_i8_cases(cases, 8100);
 
-  OpWeight none(QSP_DTYPE_Q5_0, 64, 256, 8200), q4(QSP_DTYPE_Q4_0, 64, 256, 8201);  // none: a format without it
+  OpWeight none(QSP_DTYPE_F16, 64, 256, 8200), q4(QSP_DTYPE_Q4_0, 64, 256, 8201);  // none: a format without it
   CHECK_FALSE(qsp::kern::gemm_gemv_i8_ok(none.dw.fmt, 1));
   CHECK_FALSE(qsp::kern::gemm_gemv_i8_ok(q4.dw.fmt, 2));
   DevBuf out(size_t(4) * 64 * 4);
@@ -438,7 +438,10 @@ TEST_CASE("op gemm: the integer GEMV on small shapes", "[gpu][gemm][gemv][i8][sa
                  {QSP_DTYPE_Q5_K, 24, 256},
                  {QSP_DTYPE_Q6_K, 40, 512},
                  {QSP_DTYPE_Q8_0, 40, 96},
-                 {QSP_DTYPE_Q8_0, 24, 320}},
+                 {QSP_DTYPE_Q8_0, 24, 320},
+                 {QSP_DTYPE_Q5_0, 24, 96},
+                 {QSP_DTYPE_Q4_1, 17, 320},
+                 {QSP_DTYPE_Q5_1, 40, 256}},
                 8300);
 }
 
