@@ -22,6 +22,7 @@
 #include "kernels/gemm_internal.cuh"
 #include "kernels/gemm_plan.h"
 #include "kernels/gemm_wgmma.h"
+#include "kernels/gemv_i8.cuh"
 #include "kernels/kernels.h"
 #include "kernels/per_device.h"
 
@@ -89,14 +90,16 @@ bool env_default_on(const char* name) { return !std::getenv(name) || env_on(name
 //  - kGemvI8       $QSP_GEMV_I8 (on unless "0"): the integer GEMV of one token where it
 //                  measured faster (GemvI8::kAuto, gemv_i8_auto; kernels/gemv_i8.cuh);
 //                  "all": wherever it runs
+//  - kGemvI8Stage  $QSP_GEMV_I8_STAGE (off unless set; not measured yet): the integer GEMV's
+//                  activations formed once per GEMV (GemvI8Stage::kAuto, where a workspace is given)
 //  - kGemvXsmem    $QSP_GEMV_XSMEM (off unless set; not measured yet): the GEMV's activations
 //                  staged in shared memory in the fragments' order (StageX::kAuto); fewer
 //                  instructions per weight byte (bench/RESULTS.md, fifteenth session)
-enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8 };
+enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8, kGemvI8Stage };
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_on("QSP_GEMV_XSMEM"),
-                            env_default_on("QSP_GEMV_I8")};
+                            env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE")};
   return on[int(s)];
 }
 
@@ -216,6 +219,10 @@ bool gemm_stage_x_ok(int32_t M, int32_t K) {
 }
 
 bool gemm_gemv_i8_ok(WFormat fmt, int32_t M) { return M == 1 && gemv_i8_runs(fmt); }
+size_t gemm_i8_stage_bytes(int64_t K) {
+  const int64_t groups = (qw::n_chunks(K) + 3) / 4;
+  return size_t(groups) * i8::kStagedWords * sizeof(uint32_t);
+}
 
 // GemvI8::kAuto's choice for format f streaming `bytes` of weights
 // (gemm_gemv_i8_ok checked by the caller). Measured on an H100 (bench/
@@ -363,6 +370,19 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
       if (!gemm_gemv_i8_ok(g.w.fmt, g.M) || g.path == GemmPath::kMma || g.path == GemmPath::kWgmma)
         return cudaErrorNotSupported;
       a.i8 = 1;
+      break;
+    default: return cudaErrorInvalidValue;
+  }
+  const bool ws_ok = g.i8_stage != nullptr && g.i8_stage_bytes >= gemm_i8_stage_bytes(K) &&
+                     reinterpret_cast<uintptr_t>(g.i8_stage) % 16 == 0;
+  switch (g.gemv_i8_stage) {
+    case GemvI8Stage::kAuto:
+      a.i8s = a.i8 && ws_ok && switch_on(Switch::kGemvI8Stage) ? static_cast<uint32_t*>(g.i8_stage) : nullptr;
+      break;
+    case GemvI8Stage::kOff: a.i8s = nullptr; break;
+    case GemvI8Stage::kOn:
+      if (!ws_ok) return cudaErrorInvalidValue;
+      a.i8s = a.i8 ? static_cast<uint32_t*>(g.i8_stage) : nullptr;
       break;
     default: return cudaErrorInvalidValue;
   }

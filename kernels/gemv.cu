@@ -375,7 +375,50 @@ __device__ __forceinline__ void mma_i8(int32_t (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// GemmArgs::i8_stage: group j's staged words (i8::kStagedWords: the
+// warp's words, then sx) from the stage kernel's output into this warp's
+// words `st`; returns sx. Coherent loads: the previous kernel's output.
+__device__ __forceinline__ float copy_staged(const KArgs& a, int j, int lane, uint32_t* st) {
+  const uint32_t* src = a.i8s + size_t(j) * i8::kStagedWords;
+  static_assert(i8::kGroupWords % 4 == 0 && i8::kGroupWords / 4 <= 64, "two 16-byte rounds a lane");
+  for (int i = lane; i < i8::kGroupWords / 4; i += 32) {
+    uint4 v;
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(src + 4 * i));
+    *reinterpret_cast<uint4*>(st + 4 * i) = v;
+  }
+  uint32_t sx;
+  asm volatile("ld.global.u32 %0, [%1];\n" : "=r"(sx) : "l"(src + i8::kGroupWords));
+  return __uint_as_float(sx);
+}
+
 }  // namespace gemv
+
+// GemmArgs::i8_stage: the integer GEMV's activations formed once, for every
+// block of the GEMV that follows to copy (gemv::copy_staged), instead of by
+// every block (2026-12-05 profile: ~100 instructions per lane and
+// 256-column group, a quarter of Q4_0's per unit, repeated per 16-row
+// tile; with the prologue norm every block also read the whole row for
+// its RMS). Warp w of block b stages group 8 b + w exactly as
+// gemv_i8_kernel's warps do (the same stage_i8), into a.i8s, and its sx
+// after the words. Launched with PDL: it waits for the previous kernel
+// before it reads x or writes the buffer (which the previous GEMV may
+// still read until then).
+template <WFormat F, bool kNormIn>
+__global__ void __launch_bounds__(gemv::kMaxWarps * 32) stage_i8_kernel(const KArgs a) {
+  using I = i8::I8<F>;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  pdl_wait();
+  pdl_launch_dependents();
+  float nscale = 0.0f;
+  if constexpr (kNormIn) nscale = gemv::norm_scale(a, 0);  // every thread of the block
+  const int groups = (a.KC + 3) / 4, j = int(blockIdx.x) * gemv::kMaxWarps + warp;
+  if (j >= groups) return;
+  uint32_t* st = a.i8s + size_t(j) * i8::kStagedWords;
+  const float sx = gemv::stage_i8<I, kNormIn>(a, j, nscale, i8::stage_lane(lane), st);
+  if (lane == 0) st[i8::kGroupWords] = __float_as_uint(sx);
+}
 
 // The integer GEMV (M = 1; kernels/gemv_i8.cuh). grid = (tiles); block = 32
 // * kw threads, warp w taking the 256-column groups w, w + kw, ...: it
@@ -385,7 +428,9 @@ __device__ __forceinline__ void mma_i8(int32_t (&d)[4], const uint32_t (&a)[4], 
 // staged up front with the next round's weights in flight during the
 // current one's compute (double-buffered raw words: 2 blocks per SM
 // instead of 3; 8B decode step +7-16%).
-template <WFormat F, Epilogue EP, bool kNormIn>
+// kPre: the activations come formed by stage_i8_kernel (a.i8s; kNormIn
+// then only names the instantiation's epilogue family: no norm here).
+template <WFormat F, Epilogue EP, bool kNormIn, bool kPre>
 __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const KArgs a) {
   using T = WTraits<F>;
   using I = i8::I8<F>;
@@ -433,11 +478,14 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const 
         if (first) {
           pdl_wait();
           pdl_launch_dependents();
-          if constexpr (kNormIn) nscale = gemv::norm_scale(a, 0);
+          if constexpr (kNormIn && !kPre) nscale = gemv::norm_scale(a, 0);
           first = false;
         }
         __syncwarp();  // the previous group's words are read
-        sx = gemv::stage_i8<I, kNormIn>(a, j, nscale, sl, st);
+        if constexpr (kPre)
+          sx = gemv::copy_staged(a, j, lane, st);
+        else
+          sx = gemv::stage_i8<I, kNormIn>(a, j, nscale, sl, st);
         __syncwarp();
       }
 #pragma unroll
@@ -613,8 +661,16 @@ cudaError_t launch_i8(const KArgs& a, cudaStream_t stream) {
   const int kw = std::max(1, std::min(gemv::kMaxWarps, groups));
   const size_t bytes = dweight_bytes(F, int64_t(a.tiles) * 16, a.K) * (EP == Epilogue::kSwiGLU ? 2 : 1);
   const PdlKernel family = bytes <= kPdlGemvSmallBytes ? PdlKernel::kGemv : PdlKernel::kGemvLarge;
-  return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)), 0,
-                    stream, a);
+  if (a.i8s) {
+    const int blocks = (groups + gemv::kMaxWarps - 1) / gemv::kMaxWarps;
+    cudaError_t e = launch_pdl(family, stage_i8_kernel<F, kNormIn>, dim3(unsigned(blocks)),
+                               dim3(unsigned(gemv::kMaxWarps * 32)), 0, stream, a);
+    if (e != cudaSuccess) return e;
+    return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn, true>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
+                      0, stream, a);
+  }
+  return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn, false>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
+                    0, stream, a);
 }
 
 }  // namespace

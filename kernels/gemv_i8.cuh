@@ -77,6 +77,9 @@ constexpr int kGroupCols = 256;             // columns per activation scale (4 c
 constexpr int kChunkWords = 32;             // staged words per chunk
 // One group's staged words: 4 chunks of words, then their step sums S[4].
 constexpr int kSumWord = 4 * kChunkWords, kGroupWords = kSumWord + 16;
+// A group as the stage kernel writes it (GemmArgs::i8_stage): its words,
+// then sx, padded to 16 bytes.
+constexpr int kStagedWords = kGroupWords + 4;
 
 QSP_HD inline uint32_t f2u(float f) {
 #if defined(__CUDA_ARCH__)

@@ -136,6 +136,15 @@ enum class StageX : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 // The two differ within the activations' rounding (fp16 against 16-bit
 // fixed point per 256 columns) and the sums' order.
 enum class GemvI8 : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
+// Where the integer GEMV forms its activations (GemmArgs::gemv_i8_stage):
+//  kAuto: once, by a small kernel into GemmArgs::i8_stage, where
+//         $QSP_GEMV_I8_STAGE=1 (off until measured) and a workspace is
+//         given; else kOff.
+//  kOn: once into i8_stage (gemm() returns cudaErrorInvalidValue without a
+//       workspace of gemm_i8_stage_bytes(K)).
+//  kOff: every block forms them itself (each warp its 256-column groups).
+// No effect where the integer GEMV does not run. The same bits either way.
+enum class GemvI8Stage : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
@@ -176,6 +185,14 @@ struct GemmArgs {
   StageX gemv_stage_x = StageX::kAuto;
   // Tests and benchmarks: the integer GEMV of one token (GemvI8).
   GemvI8 gemv_i8 = GemvI8::kAuto;
+  // Optional, the integer GEMV only: a device workspace of
+  // gemm_i8_stage_bytes(K) bytes, 16-byte aligned, into which a small
+  // kernel forms the activations once (GemvI8Stage). The GEMV reads it
+  // after the kernel that writes it, so the GEMVs of one stream may share
+  // one; GEMVs that may run at once may not.
+  void* i8_stage = nullptr;
+  size_t i8_stage_bytes = 0;
+  GemvI8Stage gemv_i8_stage = GemvI8Stage::kAuto;
   // Optional, the GEMV only (gemm_norm_in_ok(M, K)):
   // the input is not x (ignored, may be null) but the RMSNorm of the fp32
   // rows norm_in_x ([M][K], row stride norm_in_ldx), half(norm_in_x[m][i] *
@@ -201,6 +218,8 @@ bool gemm_stage_x_ok(int32_t M, int32_t K);
 // Whether the integer GEMV (GemvI8::kOn) runs M rows of format fmt: M == 1;
 // Q4_0 or a K-quant (Q2_K .. Q6_K); any K the format allows.
 bool gemm_gemv_i8_ok(WFormat fmt, int32_t M);
+// Bytes of GemmArgs::i8_stage for K columns (~2.3 bytes a column).
+size_t gemm_i8_stage_bytes(int64_t K);
 
 // Any M >= 1 (small M takes a GEMV path). Returns cudaErrorInvalidValue for
 // unsupported shapes.

@@ -129,7 +129,7 @@ uint64_t CudaBackend::scratch_bytes() const {
   uint64_t b = 0;
   for (const auto& r : ranks_)
     b += r->x.bytes + r->xn.bytes + r->qkv.bytes + r->q.bytes + r->att.bytes + r->act.bytes + r->logits.bytes +
-         r->small.bytes + r->attn_scratch.bytes;
+         r->small.bytes + r->attn_scratch.bytes + r->i8_stage.bytes;
   return b;
 }
 
@@ -233,6 +233,7 @@ void CudaBackend::init_rank(Rank& r) {
   r.attn_scratch_bytes = kern::attention_scratch_bytes(int32_t(C), sh_heads_, int32_t(cfg.head_dim),
                                                        int32_t(cfg.max_seq));
   if (r.attn_scratch_bytes) r.attn_scratch.alloc(r.attn_scratch_bytes, "attention scratch");
+  r.i8_stage.alloc(kern::gemm_i8_stage_bytes(int64_t(std::max({H, Q, F}))), "integer GEMV activations");
   r.h_small.alloc((2 + C) * sizeof(int32_t), "positions/tokens");
 }
 

@@ -121,6 +121,10 @@ class CudaBackend final : public Backend {
     DeviceBuffer k_cache, v_cache;
     DeviceBuffer x, xn, qkv, q, att, act, logits, small, attn_scratch;
     size_t attn_scratch_bytes = 0;
+    // The integer GEMV's activations formed once per GEMV
+    // (kern::GemmArgs::i8_stage; $QSP_GEMV_I8_STAGE): the GEMVs of the
+    // rank's stream share it.
+    DeviceBuffer i8_stage;
     PinnedBuffer h_small;  // [0] past, [1] argmax (of its logits), [2..] tokens
     void* comm = nullptr;  // its NCCL communicator (contexts spanning devices)
     // QSP_TP_LOCAL_RANKS: recorded when its part of a block is done (and on
@@ -258,7 +262,7 @@ class CudaBackend final : public Backend {
   void lm_head(const ModelTensors& w, const Rank& r, const __half* xn, int32_t M, float* out, int32_t ldo);
   void poison_scratch(Rank& r, const PrefillChunk& c, bool capturing);
   // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
-  static void gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
+  static void gemm(const Rank& r, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
                    const kern::DWeight* w2, kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo,
                    const kern::DWeight* cat = nullptr, const InNorm* in = nullptr);
   std::vector<const void*> weight_ids(const ModelTensors& w) const;

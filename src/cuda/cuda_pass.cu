@@ -368,13 +368,13 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
       ++j;
     kern::DWeight cat[2];
     for (int k = i + 1; k < j; ++k) cat[k - i - 1] = *parts[k];
-    gemm(stream, a.xn, H, n, *parts[i], nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + col[i], qkv_ld_,
+    gemm(r, a.xn, H, n, *parts[i], nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + col[i], qkv_ld_,
          j > i + 1 ? cat : nullptr, in);
     i = j;
   }
   QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
   QSP_CUDA_CHECK(kern::attention(at, stream));
-  gemm(stream, a.att, Q, n, W(L[kWo], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
+  gemm(r, a.att, Q, n, W(L[kWo], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
 }
 
 // Shard s's FFN features of layer l, on rank r, over the normed a.xn (or,
@@ -383,9 +383,9 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
 void CudaBackend::enqueue_ffn(const LayerTensors& L, Rank& r, uint32_t s, int32_t n, const Acts& a,
                               const InNorm* in) {
   const int32_t H = int32_t(cfg_.hidden);
-  gemm(r.stream, a.xn, H, n, W(L[kWGate], s), &W(L[kWUp], s), kern::Epilogue::kSwiGLU, a.act, nullptr, sh_ffn_,
+  gemm(r, a.xn, H, n, W(L[kWGate], s), &W(L[kWUp], s), kern::Epilogue::kSwiGLU, a.act, nullptr, sh_ffn_,
        nullptr, in);
-  gemm(r.stream, a.act, sh_ffn_, n, W(L[kWDown], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
+  gemm(r, a.act, sh_ffn_, n, W(L[kWDown], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
 }
 
 // The logits of M normed rows xn on rank r: each of its shards' vocabulary
@@ -394,7 +394,7 @@ void CudaBackend::lm_head(const ModelTensors& w, const Rank& r, const __half* xn
                           int32_t ldo) {
   const SlotDesc& head = kModelSlots[kLmHead];
   for (uint32_t s = r.first; s < r.first + r.count; ++s)
-    gemm(r.stream, xn, int32_t(cfg_.hidden), M, W(w[kLmHead], s), nullptr, kern::Epilogue::kStoreF32, nullptr,
+    gemm(r, xn, int32_t(cfg_.hidden), M, W(w[kLmHead], s), nullptr, kern::Epilogue::kStoreF32, nullptr,
          out + (part_.rows(head, s).begin - r.vocab_begin), ldo);
 }
 
@@ -411,7 +411,7 @@ void CudaBackend::poison_scratch(Rank& r, const PrefillChunk& c, bool capturing)
 }
 
 // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
-void CudaBackend::gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
+void CudaBackend::gemm(const Rank& r, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
                        const kern::DWeight* w2, kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo,
                        const kern::DWeight* cat, const InNorm* in) {
   kern::GemmArgs g;
@@ -431,7 +431,9 @@ void CudaBackend::gemm(cudaStream_t stream, const __half* x, int32_t ldx, int32_
   g.out_h = out_h;
   g.out_f = out_f;
   g.ldo = ldo;
-  QSP_CUDA_CHECK(kern::gemm(g, stream));
+  g.i8_stage = r.i8_stage.ptr;
+  g.i8_stage_bytes = r.i8_stage.bytes;
+  QSP_CUDA_CHECK(kern::gemm(g, r.stream));
 }
 
 // The graphs bake in weight pointers: the tensors they use.

@@ -428,6 +428,110 @@ TEST_CASE("op gemm: the integer GEMV of one token, every format it serves", "[gp
 }
 
 // Small shapes of the same, for the sanitizers.
+// GemmArgs::i8_stage: the integer GEMV's activations formed once by a small
+// kernel (the prologue norm's too) and copied by every block must give the
+// bits of every block forming them itself (GemvI8Stage::kOn against kOff):
+// every format it serves, Q | K | V as a row group (fp32 out) and gate | up
+// (SwiGLU) from x and from the norm of a residual, the residual add and fp16
+// out from x, K with a partial last group where the format allows one.
+// Refused: kOn without a workspace, or one too small.
+TEST_CASE("op gemm: the integer GEMV's activations formed once equal each block's own", "[gpu][gemm][gemv][i8]") {
+  QSP_REQUIRE_GPU();
+  uint64_t seed = 8400;
+  struct Case {
+    int32_t dt;
+    int64_t K;
+  };
+  std::vector<Case> cases;
+  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K,
+                     QSP_DTYPE_Q8_0, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1})
+    cases.push_back({dt, 4096});
+  cases.push_back({QSP_DTYPE_Q4_0, 1056});  // a last group of one and a half chunks
+  cases.push_back({QSP_DTYPE_Q8_0, 8192});
+  cases.push_back({QSP_DTYPE_Q2_K, 256});
+  for (const Case& c : cases) {
+    const int64_t K = c.K, N = 96;
+    OpWeight wq(c.dt, 64, K, seed++), wk(c.dt, 16, K, seed++), wv(c.dt, 16, K, seed++);
+    OpWeight gate(c.dt, N, K, seed++), up(c.dt, N, K, seed++);
+    Rng rng(seed++);
+    std::vector<float> nw(static_cast<size_t>(K)), resid(static_cast<size_t>(K)), init(static_cast<size_t>(N));
+    for (float& v : nw) v = 1.0f + 0.3f * rng.normal();
+    for (float& v : resid) v = 3.0f * rng.normal();
+    for (float& v : init) v = rng.normal();
+    DevBuf dnw(nw.size() * 4), dres(resid.size() * 4), ws(qsp::kern::gemm_i8_stage_bytes(K));
+    dnw.upload(nw);
+    dres.upload(resid);
+    ws.poison();
+    OpActs x(1, int(K), int(K), seed++);
+    for (int v = 0; v < 6; ++v) {  // q|k|v from x, gate|up from x, the same from the norm, += and fp16 out
+      const bool swiglu = v == 1 || v == 3, norm = v == 2 || v == 3;
+      GemmArgs g;
+      g.M = 1;
+      g.gemv_i8 = qsp::kern::GemvI8::kOn;
+      g.i8_stage = ws.p;
+      g.i8_stage_bytes = ws.bytes;
+      if (swiglu) {
+        g.w = gate.dw;
+        g.w2 = up.dw;
+        g.ep = Epilogue::kSwiGLU;
+      } else {
+        g.w = wq.dw;
+        g.wcat[0] = wk.dw;
+        g.wcat[1] = wv.dw;
+        g.ep = v == 4 ? Epilogue::kAddF32 : v == 5 ? Epilogue::kStoreF16 : Epilogue::kStoreF32;
+      }
+      if (norm) {
+        g.norm_in_x = dres.as<float>();
+        g.norm_in_ldx = int32_t(K);
+        g.norm_in_w = dnw.as<float>();
+        g.norm_in_eps = 1e-6f;
+      } else {
+        g.x = x.ptr();
+        g.ldx = int32_t(K);
+      }
+      g.ldo = int32_t(N);
+      DevBuf o1(size_t(N) * 4), o2(size_t(N) * 4);
+      const bool half_out = swiglu || v == 5;
+      auto run_into = [&](DevBuf& out, qsp::kern::GemvI8Stage mode) {
+        if (half_out)
+          g.out_h = out.as<__half>();
+        else
+          g.out_f = out.as<float>();
+        g.gemv_i8_stage = mode;
+        CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
+      };
+      if (v == 4) {  // the residual add: both start from the same values
+        o1.upload(init);
+        o2.upload(init);
+      } else {
+        o1.poison();
+        o2.poison();
+      }
+      run_into(o1, qsp::kern::GemvI8Stage::kOff);
+      run_into(o2, qsp::kern::GemvI8Stage::kOn);
+      CUDA_REQUIRE(cudaDeviceSynchronize());
+      const std::vector<uint8_t> b1 = o1.download<uint8_t>(), b2 = o2.download<uint8_t>();
+      const size_t n = size_t(N) * (half_out ? 2 : 4);
+      size_t diff = 0;
+      for (size_t i = 0; i < n; ++i) diff += b1[i] != b2[i];
+      INFO(qsp_dtype_name(c.dt) << " K=" << K << " variant " << v);
+      CHECK(diff == 0);
+    }
+  }
+  // kOn without a workspace, or with one too small: refused, nothing launched.
+  OpWeight w(QSP_DTYPE_Q4_0, 64, 1024, 8490);
+  OpActs x(1, 1024, 1024, 8491);
+  DevBuf out(64 * 4), small(qsp::kern::gemm_i8_stage_bytes(1024) - 16);
+  GemmArgs g = f32_args(x.ptr(), 1024, 1, w.dw, out.as<float>(), 64);
+  g.gemv_i8 = qsp::kern::GemvI8::kOn;
+  g.gemv_i8_stage = qsp::kern::GemvI8Stage::kOn;
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  g.i8_stage = small.p;
+  g.i8_stage_bytes = small.bytes;
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  CUDA_REQUIRE(cudaGetLastError());
+}
+
 TEST_CASE("op gemm: the integer GEMV on small shapes", "[gpu][gemm][gemv][i8][sanitize]") {
   QSP_REQUIRE_GPU();
   gemv_i8_cases({{QSP_DTYPE_Q4_0, 40, 96},
