@@ -663,7 +663,8 @@ cudaError_t launch_i8(const KArgs& a, cudaStream_t stream) {
   const PdlKernel family = bytes <= kPdlGemvSmallBytes ? PdlKernel::kGemv : PdlKernel::kGemvLarge;
   if (a.i8s) {
     const int blocks = (groups + gemv::kMaxWarps - 1) / gemv::kMaxWarps;
-    cudaError_t e = launch_pdl(family, stage_i8_kernel<F, kNormIn>, dim3(unsigned(blocks)),
+    // The staging is an RMSNorm-sized kernel: its PDL family (kernels/pdl.h).
+    cudaError_t e = launch_pdl(PdlKernel::kRmsnorm, stage_i8_kernel<F, kNormIn>, dim3(unsigned(blocks)),
                                dim3(unsigned(gemv::kMaxWarps * 32)), 0, stream, a);
     if (e != cudaSuccess) return e;
     return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn, true>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
