@@ -6,6 +6,7 @@
 
 #include <array>
 #include <string>
+#include <utility>
 
 using namespace qsp_test;
 using qsp::kern::WFormat;
@@ -140,6 +141,18 @@ TEST_CASE("op gemm: wgmma and mma.sync paths, each forced", "[gpu][gemm][wgmma]"
   CUDA_REQUIRE(cudaDeviceSynchronize());
 }
 
+// Q | K | V (64 + 16 + 16 rows) and gate | up (96 rows each) of K columns:
+// the decode step's two GEMVs that may form their input's norm.
+struct DecodeWeights {
+  static constexpr int64_t kN = 96;
+  OpWeight wq, wk, wv, gate, up;
+  DecodeWeights(int32_t dt, int64_t K, uint64_t& seed)
+      : wq(dt, 64, K, seed), wk(dt, 16, K, seed + 1), wv(dt, 16, K, seed + 2), gate(dt, kN, K, seed + 3),
+        up(dt, kN, K, seed + 4) {
+    seed += 5;
+  }
+};
+
 // GemmArgs::norm_in_*: the GEMV forms its input's RMSNorm in its prologue
 // (the decode step's QSP_NORM_IN). Its outputs must equal rmsnorm_f16 into
 // x, then the same GEMV, bit for bit: each format family, Q | K | V as a
@@ -162,9 +175,9 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
       {QSP_DTYPE_F16, 1024, {1, 3}},
   };
   for (const Case& c : cases) {
-    const int64_t K = c.K, N = 96;  // Q | K | V: 64 + 16 + 16 rows; gate | up: 96 each
-    OpWeight wq(c.dt, 64, K, seed++), wk(c.dt, 16, K, seed++), wv(c.dt, 16, K, seed++);
-    OpWeight gate(c.dt, N, K, seed++), up(c.dt, N, K, seed++);
+    const int64_t K = c.K, N = DecodeWeights::kN;
+    const DecodeWeights dw(c.dt, K, seed);
+    const OpWeight &wq = dw.wq, &wk = dw.wk, &wv = dw.wv, &gate = dw.gate, &up = dw.up;
     Rng rng(seed++);
     std::vector<float> nw(static_cast<size_t>(K));
     for (float& v : nw) v = 1.0f + 0.3f * rng.normal();
@@ -438,21 +451,17 @@ TEST_CASE("op gemm: the integer GEMV of one token, every format it serves", "[gp
 TEST_CASE("op gemm: the integer GEMV's activations formed once equal each block's own", "[gpu][gemm][gemv][i8]") {
   QSP_REQUIRE_GPU();
   uint64_t seed = 8400;
-  struct Case {
-    int32_t dt;
-    int64_t K;
-  };
-  std::vector<Case> cases;
+  std::vector<std::pair<int32_t, int64_t>> cases;  // dtype, K
   for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K,
                      QSP_DTYPE_Q8_0, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1})
-    cases.push_back({dt, 4096});
-  cases.push_back({QSP_DTYPE_Q4_0, 1056});  // a last group of one and a half chunks
-  cases.push_back({QSP_DTYPE_Q8_0, 8192});
-  cases.push_back({QSP_DTYPE_Q2_K, 256});
-  for (const Case& c : cases) {
-    const int64_t K = c.K, N = 96;
-    OpWeight wq(c.dt, 64, K, seed++), wk(c.dt, 16, K, seed++), wv(c.dt, 16, K, seed++);
-    OpWeight gate(c.dt, N, K, seed++), up(c.dt, N, K, seed++);
+    cases.emplace_back(dt, 4096);
+  cases.emplace_back(QSP_DTYPE_Q4_0, 1056);  // a last group of one and a half chunks
+  cases.emplace_back(QSP_DTYPE_Q8_0, 8192);
+  cases.emplace_back(QSP_DTYPE_Q2_K, 256);
+  for (const auto& [dt, K] : cases) {
+    const int64_t N = DecodeWeights::kN;
+    const DecodeWeights dw(dt, K, seed);
+    const OpWeight &wq = dw.wq, &wk = dw.wk, &wv = dw.wv, &gate = dw.gate, &up = dw.up;
     Rng rng(seed++);
     std::vector<float> nw(static_cast<size_t>(K)), resid(static_cast<size_t>(K)), init(static_cast<size_t>(N));
     for (float& v : nw) v = 1.0f + 0.3f * rng.normal();
@@ -514,7 +523,7 @@ TEST_CASE("op gemm: the integer GEMV's activations formed once equal each block'
       const size_t n = size_t(N) * (half_out ? 2 : 4);
       size_t diff = 0;
       for (size_t i = 0; i < n; ++i) diff += b1[i] != b2[i];
-      INFO(qsp_dtype_name(c.dt) << " K=" << K << " variant " << v);
+      INFO(qsp_dtype_name(dt) << " K=" << K << " variant " << v);
       CHECK(diff == 0);
     }
   }
