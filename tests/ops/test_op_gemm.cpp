@@ -141,6 +141,7 @@ TEST_CASE("op gemm: wgmma and mma.sync paths, each forced", "[gpu][gemm][wgmma]"
   CUDA_REQUIRE(cudaDeviceSynchronize());
 }
 
+namespace {
 // Q | K | V (64 + 16 + 16 rows) and gate | up (96 rows each) of K columns:
 // the decode step's two GEMVs that may form their input's norm.
 struct DecodeWeights {
@@ -152,6 +153,15 @@ struct DecodeWeights {
     seed += 5;
   }
 };
+
+// g's output into out, fp16 (half) or fp32.
+void point_out(GemmArgs& g, DevBuf& out, bool half) {
+  if (half)
+    g.out_h = out.as<__half>();
+  else
+    g.out_f = out.as<float>();
+}
+}  // namespace
 
 // GemmArgs::norm_in_*: the GEMV forms its input's RMSNorm in its prologue
 // (the decode step's QSP_NORM_IN). Its outputs must equal rmsnorm_f16 into
@@ -203,10 +213,7 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
         GemmArgs g;
         // One gemm() into `out` with the activations read as `sx`.
         auto run_into = [&](DevBuf& out, qsp::kern::StageX sx) {
-          if (swiglu)
-            g.out_h = out.as<__half>();
-          else
-            g.out_f = out.as<float>();
+          point_out(g, out, swiglu);
           g.gemv_stage_x = sx;
           CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
         };
@@ -502,10 +509,7 @@ TEST_CASE("op gemm: the integer GEMV's activations formed once equal each block'
       DevBuf o1(size_t(N) * 4), o2(size_t(N) * 4);
       const bool half_out = swiglu || v == 5;
       auto run_into = [&](DevBuf& out, qsp::kern::GemvI8Stage mode) {
-        if (half_out)
-          g.out_h = out.as<__half>();
-        else
-          g.out_f = out.as<float>();
+        point_out(g, out, half_out);
         g.gemv_i8_stage = mode;
         CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
       };
