@@ -152,6 +152,22 @@ struct DecodeWeights {
         up(dt, kN, K, seed + 4) {
     seed += 5;
   }
+  // g's weights and epilogue: gate | up with SwiGLU, or Q | K | V to fp32
+  // (groups: as one row group; else Q alone).
+  void into(GemmArgs& g, bool swiglu, bool groups) const {
+    if (swiglu) {
+      g.w = gate.dw;
+      g.w2 = up.dw;
+      g.ep = Epilogue::kSwiGLU;
+    } else {
+      g.w = wq.dw;
+      if (groups) {
+        g.wcat[0] = wk.dw;
+        g.wcat[1] = wv.dw;
+      }
+      g.ep = Epilogue::kStoreF32;
+    }
+  }
 };
 
 // g's output into out, fp16 (half) or fp32.
@@ -187,7 +203,6 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
   for (const Case& c : cases) {
     const int64_t K = c.K, N = DecodeWeights::kN;
     const DecodeWeights dw(c.dt, K, seed);
-    const OpWeight &wq = dw.wq, &wk = dw.wk, &wv = dw.wv, &gate = dw.gate, &up = dw.up;
     Rng rng(seed++);
     std::vector<float> nw(static_cast<size_t>(K));
     for (float& v : nw) v = 1.0f + 0.3f * rng.normal();
@@ -220,18 +235,7 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
         g.x = xn.as<__half>();
         g.ldx = int32_t(K);
         g.M = M;
-        if (swiglu) {
-          g.w = gate.dw;
-          g.w2 = up.dw;
-          g.ep = Epilogue::kSwiGLU;
-        } else {
-          g.w = wq.dw;
-          if (c.dt != QSP_DTYPE_F16) {  // fp16 weights are row-major: no row groups (Q alone then)
-            g.wcat[0] = wk.dw;
-            g.wcat[1] = wv.dw;
-          }
-          g.ep = Epilogue::kStoreF32;
-        }
+        dw.into(g, swiglu, c.dt != QSP_DTYPE_F16);  // fp16 weights are row-major: no row groups (Q alone then)
         g.ldo = int32_t(N);
         run_into(o1, qsp::kern::StageX::kOff);
         if (stage) run_into(o3, qsp::kern::StageX::kOn);  // the activations staged: the same bits
@@ -468,7 +472,6 @@ TEST_CASE("op gemm: the integer GEMV's activations formed once equal each block'
   for (const auto& [dt, K] : cases) {
     const int64_t N = DecodeWeights::kN;
     const DecodeWeights dw(dt, K, seed);
-    const OpWeight &wq = dw.wq, &wk = dw.wk, &wv = dw.wv, &gate = dw.gate, &up = dw.up;
     Rng rng(seed++);
     std::vector<float> nw(static_cast<size_t>(K)), resid(static_cast<size_t>(K)), init(static_cast<size_t>(N));
     for (float& v : nw) v = 1.0f + 0.3f * rng.normal();
@@ -486,16 +489,9 @@ TEST_CASE("op gemm: the integer GEMV's activations formed once equal each block'
       g.gemv_i8 = qsp::kern::GemvI8::kOn;
       g.i8_stage = ws.p;
       g.i8_stage_bytes = ws.bytes;
-      if (swiglu) {
-        g.w = gate.dw;
-        g.w2 = up.dw;
-        g.ep = Epilogue::kSwiGLU;
-      } else {
-        g.w = wq.dw;
-        g.wcat[0] = wk.dw;
-        g.wcat[1] = wv.dw;
-        g.ep = v == 4 ? Epilogue::kAddF32 : v == 5 ? Epilogue::kStoreF16 : Epilogue::kStoreF32;
-      }
+      dw.into(g, swiglu, true);
+      if (v == 4) g.ep = Epilogue::kAddF32;
+      if (v == 5) g.ep = Epilogue::kStoreF16;
       if (norm) {
         g.norm_in_x = dres.as<float>();
         g.norm_in_ldx = int32_t(K);
