@@ -383,13 +383,11 @@ __device__ __forceinline__ float copy_staged(const KArgs& a, int j, int lane, ui
   static_assert(i8::kGroupWords % 4 == 0 && i8::kGroupWords / 4 <= 64, "two 16-byte rounds a lane");
   for (int i = lane; i < i8::kGroupWords / 4; i += 32) {
     uint4 v;
-    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(src + 4 * i));
+    ldg128_dep(v.x, v.y, v.z, v.w, src + 4 * i);
     *reinterpret_cast<uint4*>(st + 4 * i) = v;
   }
   uint32_t sx;
-  asm volatile("ld.global.u32 %0, [%1];\n" : "=r"(sx) : "l"(src + i8::kGroupWords));
+  ldg32_dep(sx, src + i8::kGroupWords);
   return __uint_as_float(sx);
 }
 
@@ -428,10 +426,11 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32) stage_i8_kernel(const KA
 // staged up front with the next round's weights in flight during the
 // current one's compute (double-buffered raw words: 2 blocks per SM
 // instead of 3; 8B decode step +7-16%).
-// kPre: the activations come formed by stage_i8_kernel (a.i8s; kNormIn
-// then only names the instantiation's epilogue family: no norm here).
+// kPre: the activations come formed by stage_i8_kernel (a.i8s), the norm
+// too: never with kNormIn.
 template <WFormat F, Epilogue EP, bool kNormIn, bool kPre>
 __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const KArgs a) {
+  static_assert(!(kNormIn && kPre), "the stage kernel forms the norm");
   using T = WTraits<F>;
   using I = i8::I8<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
@@ -478,7 +477,7 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const 
         if (first) {
           pdl_wait();
           pdl_launch_dependents();
-          if constexpr (kNormIn && !kPre) nscale = gemv::norm_scale(a, 0);
+          if constexpr (kNormIn) nscale = gemv::norm_scale(a, 0);
           first = false;
         }
         __syncwarp();  // the previous group's words are read
@@ -667,7 +666,7 @@ cudaError_t launch_i8(const KArgs& a, cudaStream_t stream) {
     cudaError_t e = launch_pdl(PdlKernel::kRmsnorm, stage_i8_kernel<F, kNormIn>, dim3(unsigned(blocks)),
                                dim3(unsigned(gemv::kMaxWarps * 32)), 0, stream, a);
     if (e != cudaSuccess) return e;
-    return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn, true>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
+    return launch_pdl(family, gemv_i8_kernel<F, EP, false, true>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
                       0, stream, a);
   }
   return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn, false>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),

@@ -91,6 +91,9 @@ __device__ __forceinline__ void ldg32_stream(uint32_t& a, const void* p) {
 __device__ __forceinline__ void ldg32_dep(uint32_t& a, const void* p) {
   asm volatile("ld.global.u32 %0, [%1];\n" : "=r"(a) : "l"(p));
 }
+__device__ __forceinline__ void ldg128_dep(uint32_t& a, uint32_t& b, uint32_t& c, uint32_t& d, const void* p) {
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
+}
 
 // Four 8x8 b16 matrices from [base + kImm] (lane i addresses row i % 8 of
 // matrix i / 8); .trans transposes each.
