@@ -2,10 +2,12 @@
 // accumulation) on real layer shapes.
 //
 //   cmake --build build --target bench_gemm    (the GEMM is kernels/gemm*.cu, kernels/gemv.cu)
-//   ./bench_gemm [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu] [--m LIST] [--sweep]
+//   ./bench_gemm [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu] [--m LIST] [--sweep] [--probe]
 //                [--shape NxK[,NxK...]]   (instead of the built-in layer shapes)
 //   --sweep: also every wgmma token tile x K split forced (the plan model's data),
 //            with the weights per tile and by tensor maps ($QSP_WGMMA_TMA_W)
+//   --probe: in a build configured with -DQSP_WGMMA_PROBE=ON, where the wgmma
+//            kernel's cycles go (waits, decode, epilogue) after each timed line
 //
 // Method: CUDA events around batches of launches (a batch lasts >= ~200 us,
 // so tiny GEMVs are not dominated by event resolution), median of 21
@@ -34,6 +36,7 @@
 #include "common/quant.h"
 #include "formats/format.h"
 #include "support/rng.h"
+#include "kernels/gemm_wgmma.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -123,13 +126,14 @@ double rel_err(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
 }
 
 int run(int argc, char** argv) {
-  bool quick = false, cublas = true, swiglu = false, sweep = false;
+  bool quick = false, cublas = true, swiglu = false, sweep = false, probe = false;
   std::string fmt_arg = "q4q8";
   std::vector<int> m_list;
   std::vector<Shape> shape_list;  // --shape: instead of the built-in shapes (one shape per ncu run)
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
     if (s == "--quick") quick = true;
+    else if (s == "--probe") probe = true;
     else if (s == "--no-cublas") cublas = false;
     else if (s == "--swiglu") swiglu = true;
     else if (s == "--fmt" && i + 1 < argc) fmt_arg = argv[++i];
@@ -284,10 +288,24 @@ int run(int argc, char** argv) {
         a.ep = Epilogue::kStoreF16;
         a.out_h = y;
         a.ldo = int32_t(N);
+        unsigned long long pr[qsp::kern::wgmma::kProbeSlots];
+        const bool probing = probe && qsp::kern::wgmma::probe_take(pr);  // (zeroes the sums)
         const double ms = time_ms([&] {
           a.w.data = wq.take();
           CK(qsp::kern::gemm(a, nullptr));
         });
+        if (probing && qsp::kern::wgmma::probe_take(pr) && pr[qsp::kern::wgmma::kProbeWarps] > 0) {
+          using namespace qsp::kern::wgmma;
+          // Per consumer warp and K chunk (cycles), and per warp / producer thread.
+          const double w = double(pr[kProbeWarps]), c = std::max(1.0, double(pr[kProbeChunks]));
+          const double p = w / 8;  // producer threads (two consumer warpgroups a block)
+          std::printf("probe %lldx%lld M=%d: %.0f blocks/launches, %.1f chunks/warp | per chunk: full-wait %.0f, "
+                      "decode %.0f, mma-wait %.0f, loop %.0f | per warp: loop %.0f, epilogue %.0f, block %.0f | "
+                      "producer: empty-wait %.0f, total %.0f\n",
+                      (long long)N, (long long)K, M, p, c / w, pr[kProbeFull] / c, pr[kProbeDecode] / c,
+                      pr[kProbeMma] / c, pr[kProbeLoop] / c, pr[kProbeLoop] / w, pr[kProbeEpi] / w,
+                      pr[kProbeBlock] / w, pr[kProbeEmpty] / p, pr[kProbeProducer] / p);
+        }
         const double flop = 2.0 * M * double(N) * double(K);
         const double wbytes = double(packed.size());
 

@@ -125,6 +125,25 @@ constexpr bool tma_w_fits() {
          (kVT / 2 * T::kUnit) % 128 == 0 && (kVT / 2 * T::kScaleUnit) % 128 == 0;
 }
 
+// ---- Where a block's time goes (debug builds: cmake -DQSP_WGMMA_PROBE=ON) ---------------
+// Cycles (clock64) summed over the consumer warps' lane 0 and the producer
+// thread of every block into g_probe (wgmma::probe_take): kProbe* below.
+// Off (the release build), QSP_PROBE(slot, statement) is the statement.
+#if defined(QSP_WGMMA_PROBE)
+__device__ unsigned long long g_probe[kProbeSlots];
+#define QSP_PROBE(slot, ...)               \
+  do {                                     \
+    const long long probe_t0 = clock64();  \
+    __VA_ARGS__;                           \
+    probe[slot] += clock64() - probe_t0;   \
+  } while (0)
+#else
+#define QSP_PROBE(slot, ...) \
+  do {                       \
+    __VA_ARGS__;             \
+  } while (0)
+#endif
+
 // ---- The kernel ------------------------------------------------------------------------------
 // MinB: blocks per SM the registers and shared memory are budgeted for (2:
 // the 64-token tile only, Args::per_sm).
@@ -146,6 +165,15 @@ __global__ void __launch_bounds__(kThreads<MinB>) __maxnreg__(kMaxRegs<MinB>)
   const uint32_t full0 = base + L::kRegion, empty0 = full0 + 8 * kS;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int m0 = blockIdx.x * BT;
+#if defined(QSP_WGMMA_PROBE)
+  long long probe[kProbeSlots] = {};
+  const long long probe_start = clock64();
+  // Lane 0 of each consumer warp and the producer thread add theirs to g_probe.
+  auto probe_flush = [&] {
+    for (int i = 0; i < kProbeSlots; ++i)
+      if (probe[i]) atomicAdd(&g_probe[i], static_cast<unsigned long long>(probe[i]));
+  };
+#endif
   // K chunks c0 .. c0 + nk: all of K, or this cluster rank's range.
   const int c0 = kSplit ? int(blockIdx.z) * a.chunks_per_split : 0;
   const int nk = kSplit ? max(0, min(a.KC - c0, a.chunks_per_split)) : a.KC;
@@ -183,7 +211,7 @@ __global__ void __launch_bounds__(kThreads<MinB>) __maxnreg__(kMaxRegs<MinB>)
           tma_load_2d(base + kt * L::kStage, &xmap, (c0 + kt) * 64, m0, full0 + 8 * kt);
         for (int kt = pre; kt < nk; ++kt) {
           const int slot = kt % kS;
-          if (kt >= kS) mbar_wait(empty0 + 8 * slot, ((kt / kS) - 1) & 1);
+          if (kt >= kS) QSP_PROBE(kProbeEmpty, mbar_wait(empty0 + 8 * slot, ((kt / kS) - 1) & 1));
           const uint32_t st = base + slot * L::kStage, bar = full0 + 8 * slot;
           mbar_expect_tx(bar, L::kTx);
           tma_load_2d(st, &xmap, (c0 + kt) * 64, m0, bar);
@@ -243,6 +271,12 @@ __global__ void __launch_bounds__(kThreads<MinB>) __maxnreg__(kMaxRegs<MinB>)
       cluster_sync();
       cluster_sync();
     }
+#if defined(QSP_WGMMA_PROBE)
+    if (warp == 4 * kConsumers && lane == 0) {
+      probe[kProbeProducer] = clock64() - probe_start;
+      probe_flush();
+    }
+#endif
     return;
   }
 
@@ -257,9 +291,10 @@ __global__ void __launch_bounds__(kThreads<MinB>) __maxnreg__(kMaxRegs<MinB>)
   // Chunk kt's slot: its A fragments decoded into A (waits for the slot to land).
   auto decode = [&](int kt, uint32_t(&A)[4][4]) {
     const int slot = kt % kS;
-    mbar_wait(full0 + 8 * slot, (kt / kS) & 1);
+    QSP_PROBE(kProbeFull, mbar_wait(full0 + 8 * slot, (kt / kS) & 1));
     const uint32_t st = base + slot * L::kStage;
-    WTraits<F>::wg_frags(st + L::kXBytes + v * L::kUnit, st + L::kXBytes + L::kQBytes + v * L::kSUnit, lane, A);
+    QSP_PROBE(kProbeDecode, WTraits<F>::wg_frags(st + L::kXBytes + v * L::kUnit,
+                                                  st + L::kXBytes + L::kQBytes + v * L::kSUnit, lane, A));
   };
   // Chunk kt's four wgmmas on A, committed as one group (not waited for).
   auto issue = [&](int kt, uint32_t(&A)[4][4]) {
@@ -294,6 +329,10 @@ __global__ void __launch_bounds__(kThreads<MinB>) __maxnreg__(kMaxRegs<MinB>)
     if (lane == 0) mbar_arrive(empty0 + 8 * slot);
 #endif
   };
+#if defined(QSP_WGMMA_PROBE)
+  const long long probe_loop = clock64();
+  probe[kProbeChunks] = nk;
+#endif
   bool overlap = false;  // the 64-token tile only (at 256 tokens the second fragment set spills)
   if constexpr (BT == kTokTileTiny) overlap = a.overlap != 0;
   if (!overlap) {
@@ -304,7 +343,7 @@ __global__ void __launch_bounds__(kThreads<MinB>) __maxnreg__(kMaxRegs<MinB>)
       // Waiting for this stage's group before decoding the next one keeps
       // ptxas from serializing the wgmmas (C7513: registers defined while a
       // group is in flight); the other warpgroup's group covers the gap.
-      wgmma_wait<0>();
+      QSP_PROBE(kProbeMma, wgmma_wait<0>());
       release(kt);
     }
   } else if (nk > 0) {
@@ -321,25 +360,30 @@ __global__ void __launch_bounds__(kThreads<MinB>) __maxnreg__(kMaxRegs<MinB>)
     for (; kt + 1 < nk; kt += 2) {
       decode(kt, A1);
       issue(kt, A1);
-      wgmma_wait<1>();
+      QSP_PROBE(kProbeMma, wgmma_wait<1>());
       release(kt - 1);
       decode(kt + 1, A0);
       issue(kt + 1, A0);
-      wgmma_wait<1>();
+      QSP_PROBE(kProbeMma, wgmma_wait<1>());
       release(kt);
     }
     if (kt < nk) {
       decode(kt, A1);
       issue(kt, A1);
-      wgmma_wait<1>();
+      QSP_PROBE(kProbeMma, wgmma_wait<1>());
       release(kt - 1);
       ++kt;
     }
-    wgmma_wait<0>();
+    QSP_PROBE(kProbeMma, wgmma_wait<0>());
     release(kt - 1);
   }
 #pragma unroll
   for (int i = 0; i < BT / 2; ++i) fence_reg(acc[i]);
+
+#if defined(QSP_WGMMA_PROBE)
+  const long long probe_epi = clock64();
+  probe[kProbeLoop] = probe_epi - probe_loop;
+#endif
 
   // ---- Epilogue: D[row][token] -> smem [token][row] -> rows of Y.
   named_sync(1, 128 * kConsumers);  // every consumer is done with the pipeline smem
@@ -385,6 +429,15 @@ __global__ void __launch_bounds__(kThreads<MinB>) __maxnreg__(kMaxRegs<MinB>)
     store2<EP>(a.o, m, n0 + c + 2, x.z, x.w);
   }
   if (kSplit) cluster_sync();  // the peers' tiles stay alive until every rank has read them
+#if defined(QSP_WGMMA_PROBE)
+  if (lane == 0) {
+    const long long end = clock64();
+    probe[kProbeEpi] = end - probe_epi;
+    probe[kProbeBlock] = end - probe_start;
+    probe[kProbeWarps] = 1;
+    probe_flush();
+  }
+#endif
 #endif
 }
 
@@ -461,6 +514,17 @@ bool available(int dev) {
   return runs_on(once, dev, wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16, false, 1>);
 #else
   (void)dev;
+  return false;
+#endif
+}
+
+bool probe_take(unsigned long long (&out)[kProbeSlots]) {
+#if defined(QSP_WGMMA) && defined(QSP_WGMMA_PROBE)
+  unsigned long long zero[kProbeSlots] = {};
+  return cudaDeviceSynchronize() == cudaSuccess && cudaMemcpyFromSymbol(out, g_probe, sizeof out) == cudaSuccess &&
+         cudaMemcpyToSymbol(g_probe, zero, sizeof zero) == cudaSuccess;
+#else
+  (void)out;
   return false;
 #endif
 }

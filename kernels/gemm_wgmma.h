@@ -73,6 +73,25 @@ int cluster_wave(int dev, int ks);
 // where they do not, the kernel copies per tile).
 bool maps_fit(WFormat fmt);
 
+// Where the kernel's time goes, in builds with -DQSP_WGMMA_PROBE=ON (CMake;
+// bench_gemm --probe prints it): clock64 cycles summed over every block's
+// consumer warps (lane 0) or producer thread since the last probe_take,
+// which returns them and zeroes the sums (false in other builds).
+enum ProbeSlot {
+  kProbeFull,      // consumers: waiting for a stage to land (full barrier)
+  kProbeDecode,    // consumers: a stage's A fragments (shared loads, decode)
+  kProbeMma,       // consumers: waiting for their wgmma groups
+  kProbeLoop,      // consumers: the whole main loop
+  kProbeEpi,       // consumers: the epilogue (split: its cluster barriers)
+  kProbeBlock,     // consumers: start to end
+  kProbeEmpty,     // producer: waiting for a slot to come back (empty barrier)
+  kProbeProducer,  // producer: start to end
+  kProbeWarps,     // count of the warps (or producer threads) summed
+  kProbeChunks,    // consumers: K chunks
+  kProbeSlots
+};
+bool probe_take(unsigned long long (&out)[kProbeSlots]);
+
 // Launches Y = X W^T with epilogue ep; fmt is a format with kWgmma
 // (cudaErrorNotSupported otherwise). tok_tile: one of the token tiles;
 // splits: 1, 2, 4 or 8 clustered K splits (a cluster that cannot be
