@@ -333,8 +333,11 @@ __global__ void __launch_bounds__(kThreads<MinB>) __maxnreg__(kMaxRegs<MinB>)
   const long long probe_loop = clock64();
   probe[kProbeChunks] = nk;
 #endif
-  bool overlap = false;  // the 64-token tile only (at 256 tokens the second fragment set spills)
-  if constexpr (BT == kTokTileTiny) overlap = a.overlap != 0;
+  // The 64-token tile at two blocks per SM only: built into the 256 / 128
+  // tiles (and the 64 at one block per SM) the second fragment set spills
+  // 48 bytes (168 registers), in the plain loop's kernel too.
+  bool overlap = false;
+  if constexpr (BT == kTokTileTiny && MinB == 2) overlap = a.overlap != 0;
   if (!overlap) {
     for (int kt = 0; kt < nk; ++kt) {
       uint32_t A[4][4];
