@@ -39,6 +39,38 @@ size_t scales_offset(WFormat f, int64_t rows, int64_t cols) {
   return dispatch_format(f, size_t(0), [&](auto t) { return decltype(t)::T::scales_offset(rows, cols); });
 }
 
+// Weight-row blocks [y0, y0 + y_blocks) only (y_blocks 0: to the end);
+// per_sm: wgmma::Args::per_sm.
+cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks, int y0, int y_blocks, int per_sm,
+                         cudaStream_t stream) {
+  wgmma::Args a;
+  a.x = k.x;
+  a.ldx = k.ldx;
+  a.K = k.K;
+  a.KC = k.KC;
+  a.tiles = k.tiles;
+  a.w[0] = k.w[0];
+  a.w[1] = k.w[1];
+  a.scale_off = k.scale_off32;
+  a.grp = k.grp;
+  a.o = k.o;
+  a.chunks_per_split = k.KC;
+  a.tma_w = k.tma_w;
+  a.y0 = y0;
+  a.y_blocks = y_blocks;
+  a.per_sm = per_sm;
+  return wgmma::run(a, f, ep, bt, ks, stream);
+}
+
+// Blocks per wave of the wgmma kernel's split-K clusters (wave[0]: no split).
+void cluster_waves(int dev, int sms, int (&wave)[4]) {
+  wave[0] = sms;
+  for (int i = 1; i < 4; ++i) {
+    const int ks = 1 << i, n = wgmma::cluster_wave(dev, ks);
+    wave[i] = n > 0 ? n : sms / ks * ks;
+  }
+}
+
 // $name set to something other than "0" (docs/API.md, Environment).
 bool env_on(const char* name) {
   const char* v = std::getenv(name);
@@ -60,51 +92,15 @@ bool env_default_on(const char* name) { return !std::getenv(name) || env_on(name
 //                  "all": wherever it runs
 //  - kGemvI8Stage  $QSP_GEMV_I8_STAGE (off unless set; not measured yet): the integer GEMV's
 //                  activations formed once per GEMV (GemvI8Stage::kAuto, where a workspace is given)
-//  - kWgmmaOverlap $QSP_WGMMA_OVERLAP (off unless set; not measured yet): the 64-token
-//                  wgmma kernel decodes chunk k + 1 while chunk k's wgmmas run (wgmma::Args::overlap)
 //  - kGemvXsmem    $QSP_GEMV_XSMEM (off unless set; not measured yet): the GEMV's activations
 //                  staged in shared memory in the fragments' order (StageX::kAuto); fewer
 //                  instructions per weight byte (bench/RESULTS.md, fifteenth session)
-enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8, kGemvI8Stage, kWgmmaOverlap };
+enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8, kGemvI8Stage };
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_on("QSP_GEMV_XSMEM"),
-                            env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
-                            env_on("QSP_WGMMA_OVERLAP")};
+                            env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE")};
   return on[int(s)];
-}
-
-// Weight-row blocks [y0, y0 + y_blocks) only (y_blocks 0: to the end);
-// per_sm: wgmma::Args::per_sm.
-cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks, int y0, int y_blocks, int per_sm,
-                         cudaStream_t stream) {
-  wgmma::Args a;
-  a.x = k.x;
-  a.ldx = k.ldx;
-  a.K = k.K;
-  a.KC = k.KC;
-  a.tiles = k.tiles;
-  a.w[0] = k.w[0];
-  a.w[1] = k.w[1];
-  a.scale_off = k.scale_off32;
-  a.grp = k.grp;
-  a.o = k.o;
-  a.chunks_per_split = k.KC;
-  a.tma_w = k.tma_w;
-  a.y0 = y0;
-  a.y_blocks = y_blocks;
-  a.per_sm = per_sm;
-  a.overlap = switch_on(Switch::kWgmmaOverlap);
-  return wgmma::run(a, f, ep, bt, ks, stream);
-}
-
-// Blocks per wave of the wgmma kernel's split-K clusters (wave[0]: no split).
-void cluster_waves(int dev, int sms, int (&wave)[4]) {
-  wave[0] = sms;
-  for (int i = 1; i < 4; ++i) {
-    const int ks = 1 << i, n = wgmma::cluster_wave(dev, ks);
-    wave[i] = n > 0 ? n : sms / ks * ks;
-  }
 }
 
 // The plan model's time for M tokens with the automatic choice (units of

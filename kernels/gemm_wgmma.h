@@ -43,10 +43,6 @@ struct Args {
   // 100 KB of shared memory: two blocks hide each other's per-chunk latency
   // where the grid is below a wave; forced only, GemmArgs::wg_per_sm).
   int32_t per_sm = 1;
-  // Nonzero: a consumer decodes chunk k + 1 while chunk k's wgmmas run
-  // (two fragment sets) instead of waiting for them first
-  // ($QSP_WGMMA_OVERLAP; GemmArgs::wgmma_overlap).
-  int32_t overlap = 0;
 };
 
 // The tile constants kTokTileLarge / kTokTileSmall (token rows per block) and
