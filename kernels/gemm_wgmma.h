@@ -82,7 +82,7 @@ enum ProbeSlot {
   kProbeBlock,     // consumers: start to end
   kProbeEmpty,     // producer: waiting for a slot to come back (empty barrier)
   kProbeProducer,  // producer: start to end
-  kProbeWarps,     // count of the warps (or producer threads) summed
+  kProbeWarps,     // consumer warps summed (8 a block; the producer threads are a block each)
   kProbeChunks,    // consumers: K chunks
   kProbeSlots
 };
