@@ -90,8 +90,12 @@ bool env_default_on(const char* name) { return !std::getenv(name) || env_on(name
 //  - kGemvI8       $QSP_GEMV_I8 (on unless "0"): the integer GEMV of one token where it
 //                  measured faster (GemvI8::kAuto, gemv_i8_auto; kernels/gemv_i8.cuh);
 //                  "all": wherever it runs
-//  - kGemvI8Stage  $QSP_GEMV_I8_STAGE (off unless set; not measured yet): the integer GEMV's
-//                  activations formed once per GEMV (GemvI8Stage::kAuto, where a workspace is given)
+//  - kGemvI8Stage  $QSP_GEMV_I8_STAGE (off unless set; measured slower): the integer GEMV's
+//                  activations formed once per GEMV (GemvI8Stage::kAuto, where a workspace is
+//                  given). H100, 8B decode step: Q4_0 +4.5%, Q4_K_M +6%, Q6_K +6%, Q8_0 +2%,
+//                  Q2_K -1% (the stage kernel's launch and its chain cost more than the
+//                  ~22 instructions a unit it saves); under QSP_PDL=1 it gains 2-4%, but
+//                  QSP_PDL=1 alone loses 8% (bench/RESULTS.md, twentieth session)
 //  - kGemvXsmem    $QSP_GEMV_XSMEM (off unless set; not measured yet): the GEMV's activations
 //                  staged in shared memory in the fragments' order (StageX::kAuto); fewer
 //                  instructions per weight byte (bench/RESULTS.md, fifteenth session)
@@ -232,7 +236,8 @@ size_t gemm_i8_stage_bytes(int64_t K) {
 // where the GEMV streams more than 8 MB (8B Q4_0 -7%, Q8_0 -3%: 12288 x 4096
 // 2613 GB/s against 2509; 4096 x 4096 equal) and Q4_0 loses on the 0.6B's
 // 1-4 MB GEMVs (+2-4%: latency, the staging's chain), so those two take the
-// integer GEMV above that size only.
+// integer GEMV above that size only. Q4_1 / Q5_0 / Q5_1 as Q4_0 (twentieth
+// session, H100, 8B decode step against the fp16 GEMV: -5%, -9%, -11%).
 constexpr size_t kI8SmallBytes = size_t(8) << 20;  // the GEMVs that are latency (as kPdlGemvSmallBytes)
 bool gemv_i8_auto(WFormat f, size_t bytes) {
   static const bool all = [] {
@@ -248,6 +253,9 @@ bool gemv_i8_auto(WFormat f, size_t bytes) {
     case WFormat::kQ5_K:
     case WFormat::kQ6_K: return true;
     case WFormat::kQ4_0:
+    case WFormat::kQ4_1:
+    case WFormat::kQ5_0:
+    case WFormat::kQ5_1:
     case WFormat::kQ8_0: return bytes > kI8SmallBytes;
     default: return false;
   }

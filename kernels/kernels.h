@@ -125,11 +125,12 @@ enum class StageX : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 // Whether the GEMV of one token (M = 1: the decode step) runs on the
 // integer tensor cores (kernels/gemv_i8.cuh; GemmArgs::gemv_i8):
 //  kAuto: where it measured faster (kernels/gemm.cu, gemv_i8_auto: the
-//         K-quants, and Q4_0 / Q8_0 GEMVs of more than 8 MB of weights; 8B
-//         decode step on an H100: Q4_0 -7%, Q4_K -18%, Q2_K -39%, Q3_K -26%,
-//         Q5_K / Q6_K -20%, Q8_0 -3%) and gemm_gemv_i8_ok; $QSP_GEMV_I8=0
-//         never, =all wherever it runs (Q4_1 / Q5_0 / Q5_1 too); else the
-//         fp16 GEMV.
+//         K-quants, and Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 GEMVs of more than
+//         8 MB of weights; 8B decode step on an H100: Q4_0 -7%, Q4_K -18%,
+//         Q2_K -39%, Q3_K -26%, Q5_K / Q6_K -20%, Q8_0 -3%, Q4_1 -5%, Q5_0
+//         -9%, Q5_1 -11%) and gemm_gemv_i8_ok; $QSP_GEMV_I8=0 never, =all
+//         wherever it runs (the small Q4_0 / legacy / Q8_0 GEMVs too); else
+//         the fp16 GEMV.
 //  kOn: the integer GEMV, or gemm() returns cudaErrorNotSupported where
 //       !gemm_gemv_i8_ok.
 //  kOff: the fp16 GEMV.
