@@ -6,8 +6,7 @@
 // WTraits::wg_frags (kernels/formats/); formats without kWgmma never get here.
 //
 // Block: two consumer warpgroups and one producer warpgroup (384 threads;
-// setmaxnreg moves registers from the producer, 40, to the consumers, 232;
-// at two blocks per SM the producer is one warp, kThreads).
+// setmaxnreg moves registers from the producer, 40, to the consumers, 232).
 //  - The block owns 128 weight rows ("virtual" rows: for kSwiGLU, 64 gate
 //    rows in warpgroup 0 and the same 64 up rows in warpgroup 1) and BT
 //    token rows (256 or 128; 64 forced only). Warp q of warpgroup w owns the 16-row weight
@@ -55,32 +54,18 @@ namespace {
 using namespace sm90;
 
 constexpr int kConsumers = 2;                     // warpgroups
-// Threads per block, for MinB blocks per SM: the consumers and a producer
-// warpgroup at one block per SM, whose setmaxnreg release pays the
-// consumers' growth: the kernel is compiled to 65536 / 384 rounded down to
-// 8 = 168 registers, 128 * 40 + 256 * 232 = 384 * 168. At two blocks per SM
-// the producer is one warp and nothing is moved. A producer warpgroup there
-// compiled the kernel to 80 registers (ptxas allocates within the launch
-// bound, not within what setmaxnreg grants later): 104-120 bytes of spills
-// in 60 of the 80 instantiations (nineteenth session).
+constexpr int kThreads = 128 * (kConsumers + 1);  // + the producer warpgroup
+// Registers after setmaxnreg, for MinB blocks per SM: the kernel is compiled
+// to 65536 / (384 MinB) rounded down to 8 (168, or 80 for two blocks), and
+// the producer's release pays the consumers' growth within that:
+// 128 * 40 + 256 * 232 = 384 * 168, 128 * 32 + 256 * 104 = 384 * 80.
 template <int MinB>
-constexpr int kThreads = MinB == 1 ? 128 * (kConsumers + 1) : 128 * kConsumers + 32;
-// The registers a thread is compiled to (__maxnreg__; __launch_bounds__'s
-// blocks per SM made ptxas serialize wgmmas, C7512). An SM's 65536
-// registers are four sub-partitions of 16384, each holding the registers of
-// the warps its scheduler runs: two blocks of 9 warps put 5 warps on some
-// scheduler, so a thread gets 16384 / (5 * 32) = 102, 96 in the allocation's
-// steps of 8. At 112 (the nineteenth session's cap; ptxas used 107 with the
-// overlapped decode) ncu showed one block per SM on an H100: "Block Limit
-// Registers 1", occupancy 14% against the 384-thread kernel's 37.5%, and the
-// 64-sequence decode step 19% slower (twentieth session).
+constexpr int kProducerRegs = MinB == 1 ? 40 : 32;
 template <int MinB>
-constexpr int kMaxRegs = MinB == 1 ? 168 : 96;
-constexpr int kWarpsPerScheduler2 = (2 * kThreads<2> / 32 + 3) / 4;
-static_assert(kMaxRegs<2> * 32 * kWarpsPerScheduler2 <= 16384, "two blocks per SM fit each scheduler's registers");
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads<1> * 168, "setmaxnreg stays within the launch's registers");
+constexpr int kConsumerRegs = MinB == 1 ? 232 : 104;
+static_assert(128 * kProducerRegs<1> + 256 * kConsumerRegs<1> <= kThreads * 168 &&
+                  128 * kProducerRegs<2> + 256 * kConsumerRegs<2> <= kThreads * 80,
+              "setmaxnreg stays within the launch's registers");
 constexpr int kVT = kBlockRows / qw::kTileRows;   // weight tiles per block
 constexpr int kLdr = kBlockRows + 4;              // epilogue smem row (floats): conflict-free transposed writes
 // Pipeline stages take at most this: one block per SM, or two (each with
@@ -152,7 +137,7 @@ __device__ unsigned long long g_probe[kProbeSlots];
 // MinB: blocks per SM the registers and shared memory are budgeted for (2:
 // the 64-token tile only, Args::per_sm).
 template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB>
-__global__ void __launch_bounds__(kThreads<MinB>) __maxnreg__(kMaxRegs<MinB>)
+__global__ void __launch_bounds__(kThreads, MinB)
     wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ WMaps wm, const Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // PDL (kernels/pdl.h): the producer issues the weights of its first kS
@@ -195,7 +180,7 @@ __global__ void __launch_bounds__(kThreads<MinB>) __maxnreg__(kMaxRegs<MinB>)
 
   if (warp >= 4 * kConsumers) {
     // ---- Producer: one thread keeps kS stages in flight.
-    if constexpr (MinB == 1) setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<kProducerRegs<MinB>>();
     if (warp == 4 * kConsumers && lane == 0) {
       // The block's weight tile v: its matrix, scale offset and tile index
       // there. Past the last tile a real one is loaded (its rows are not stored).
@@ -247,7 +232,7 @@ __global__ void __launch_bounds__(kThreads<MinB>) __maxnreg__(kMaxRegs<MinB>)
           produce(per_tile([&](int v) { return WLoc{v / 4 ? a.w[1] : a.w[0], a.scale_off, min(r0 + v % 4, a.tiles - 1)}; }));
         }
       } else {
-        // One thread with 40 registers (setmaxnreg.dec; 96 at two blocks per SM) issues every copy:
+        // One thread with 40 (or 32) registers (setmaxnreg.dec) issues every copy:
         // the lookup must not run per copy. A block inside one matrix of the
         // row group (always for Q | K | V, whose boundaries are multiples of
         // 128 rows) finds it once; a block across a boundary looks each tile up.
@@ -287,7 +272,7 @@ __global__ void __launch_bounds__(kThreads<MinB>) __maxnreg__(kMaxRegs<MinB>)
   // ---- Consumers.
   pdl_wait();
   pdl_launch_dependents();
-  if constexpr (MinB == 1) setmaxnreg_inc<kConsumerRegs>();
+  setmaxnreg_inc<kConsumerRegs<MinB>>();
   const int v = warp;  // the warp's weight tile in the block (4 * warpgroup + warp % 4)
   float acc[BT / 2];
 #pragma unroll
@@ -423,8 +408,8 @@ cudaError_t launch_one(const Args& a, const CUtensorMap& map, const WMaps& wm, d
     (void)cudaGetLastError();
     return cudaErrorNotSupported;
   }
-  if (!kSplit) return launch_pdl(PdlKernel::kWgmma, kernel, grid, dim3(kThreads<MinB>), L::kBytes, stream, map, wm, a);
-  const ClusterZLaunch cl(grid, kThreads<MinB>, L::kBytes, stream, pdl_enabled(stream, PdlKernel::kWgmma));
+  if (!kSplit) return launch_pdl(PdlKernel::kWgmma, kernel, grid, dim3(kThreads), L::kBytes, stream, map, wm, a);
+  const ClusterZLaunch cl(grid, kThreads, L::kBytes, stream, pdl_enabled(stream, PdlKernel::kWgmma));
   return cudaLaunchKernelEx(&cl.cfg, kernel, map, wm, a);
 }
 
@@ -507,7 +492,7 @@ int cluster_wave(int dev, int ks) {
     auto kernel = wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16, true, 1>;
     static PerDevice smem_once;
     int n = 0;
-    const ClusterZLaunch cl(dim3(1, 1, unsigned(ks)), kThreads<1>, L::kBytes, nullptr);
+    const ClusterZLaunch cl(dim3(1, 1, unsigned(ks)), kThreads, L::kBytes, nullptr);
     if (set_smem_once(smem_once, dev, kernel, L::kBytes) != cudaSuccess ||
         cudaOccupancyMaxActiveClusters(&n, kernel, &cl.cfg) != cudaSuccess || n <= 0) {
       (void)cudaGetLastError();
