@@ -95,7 +95,8 @@ bool env_default_on(const char* name) { return !std::getenv(name) || env_on(name
 //                  given). H100, 8B decode step: Q4_0 +4.5%, Q4_K_M +6%, Q6_K +6%, Q8_0 +2%,
 //                  Q2_K -1% (the stage kernel's launch and its chain cost more than the
 //                  ~22 instructions a unit it saves); under QSP_PDL=1 it gains 2-4%, but
-//                  QSP_PDL=1 alone loses 8% (bench/RESULTS.md, twentieth session)
+//                  QSP_PDL=1 alone loses 8% (bench/RESULTS.md, twentieth session). The
+//                  H200's step is more issue-bound: not yet timed there
 //  - kGemvXsmem    $QSP_GEMV_XSMEM (off unless set; not measured yet): the GEMV's activations
 //                  staged in shared memory in the fragments' order (StageX::kAuto); fewer
 //                  instructions per weight byte (bench/RESULTS.md, fifteenth session)
