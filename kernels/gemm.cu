@@ -243,9 +243,6 @@ size_t gemm_i8_stage_bytes(int64_t K) {
 // integer GEMV above that size only. Q4_1 / Q5_0 / Q5_1 as Q4_0 (twentieth
 // session, H100, 8B decode step against the fp16 GEMV: -5%, -9%, -11%).
 constexpr size_t kI8SmallBytes = size_t(8) << 20;  // the GEMVs that are latency (as kPdlGemvSmallBytes)
-// GemvI8Tiles::kAuto takes two tiles a block from this many tiles (4096
-// rows: every GEMV of the 8B, none of the 0.6B's latency-bound ones).
-constexpr int32_t kI8TwoTileMin = 256;
 bool gemv_i8_auto(WFormat f, size_t bytes) {
   static const bool all = [] {
     const char* v = std::getenv("QSP_GEMV_I8");
@@ -403,19 +400,6 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
       if (!ws_ok) return cudaErrorInvalidValue;
       a.i8s = a.i8 ? static_cast<uint32_t*>(g.i8_stage) : nullptr;
       break;
-    default: return cudaErrorInvalidValue;
-  }
-  switch (g.gemv_i8_tiles) {
-    case GemvI8Tiles::kAuto: {
-      static const int forced = [] {
-        const char* v = std::getenv("QSP_GEMV_I8_TILES");
-        return v && (std::strcmp(v, "1") == 0 || std::strcmp(v, "2") == 0) ? std::atoi(v) : 0;
-      }();
-      a.i8_tiles = forced ? forced : a.tiles >= kI8TwoTileMin ? 2 : 1;
-      break;
-    }
-    case GemvI8Tiles::kOne: a.i8_tiles = 1; break;
-    case GemvI8Tiles::kTwo: a.i8_tiles = 2; break;
     default: return cudaErrorInvalidValue;
   }
   a.o.out_h = g.out_h;

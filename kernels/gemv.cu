@@ -418,71 +418,56 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32) stage_i8_kernel(const KA
   if (lane == 0) st[i8::kGroupWords] = __float_as_uint(sx);
 }
 
-// The integer GEMV (M = 1; kernels/gemv_i8.cuh). grid = (tiles / kT);
-// block = 32 * kw threads, warp w taking the 256-column groups w, w + kw,
-// ...: it issues the weight loads of U chunks of each of the block's kT
-// tiles, stages the group's activations (warp-private words), then runs
-// each chunk of each tile through the format's mmas.
+// The integer GEMV (M = 1; kernels/gemv_i8.cuh). grid = (tiles); block = 32
+// * kw threads, warp w taking the 256-column groups w, w + kw, ...: it
+// issues the weight loads of U chunks, stages the group's activations
+// (warp-private words), then runs each chunk through the format's mmas.
 // Measured slower (H100, seventeenth session): all of a warp's groups
 // staged up front with the next round's weights in flight during the
 // current one's compute (double-buffered raw words: 2 blocks per SM
 // instead of 3; 8B decode step +7-16%).
 // kPre: the activations come formed by stage_i8_kernel (a.i8s), the norm
 // too: never with kNormIn.
-// kT = 2 (KArgs::i8_tiles): a block takes tiles 2b and 2b + 1, so a group's
-// staging, its activation words' shared loads and the B fragments (which
-// depend on x only) serve two 16-row tiles; U halves, so the same bytes
-// are in flight per warp. Each tile's sums are the ones kT = 1 forms, in
-// the same order: the same bits.
-template <WFormat F, Epilogue EP, bool kNormIn, bool kPre, int kT = 1>
+template <WFormat F, Epilogue EP, bool kNormIn, bool kPre>
 __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const KArgs a) {
   static_assert(!(kNormIn && kPre), "the stage kernel forms the norm");
-  static_assert(kT == 1 || kT == 2, "one or two tiles a block");
   using T = WTraits<F>;
   using I = i8::I8<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int NM = kDual ? 2 : 1;
-  constexpr int U = (kDual ? 2 : 4) / kT;  // chunks of each tile whose weights are in flight at once
+  constexpr int U = kDual ? 2 : 4;  // chunks whose weights are in flight at once
   __shared__ float red[gemv::kMaxWarps][NM][8][gemv::kRedLd];
   __shared__ __align__(16) uint32_t stage[gemv::kMaxWarps][i8::kGroupWords];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int tile0 = int(blockIdx.x) * kT;
-  const int nt = min(kT, a.tiles - tile0);  // block-uniform: a last block of one tile
-  WLoc loc[kT];
-#pragma unroll
-  for (int tt = 0; tt < kT; ++tt) loc[tt] = gemv::tile_loc<kDual>(a, min(tile0 + tt, a.tiles - 1));
+  const int tile = blockIdx.x;
+  const WLoc loc = gemv::tile_loc<kDual>(a, tile);
   const typename I::Lane L = I::lane(g, t);
   const i8::StageLane sl = i8::stage_lane(lane);
   uint32_t* st = stage[warp];
   const uint32_t xw_at = smem_u32(st) + 4u * uint32_t(I::word_base(g, t));
   const uint32_t s_at = smem_u32(st) + 4u * uint32_t(i8::kSumWord + 2 * (t >> 1));  // the lane's pair
-  float out[kT][NM][2] = {};
+  float out[NM][2] = {};
   float nscale = 0.0f;
   bool first = true;
   const int groups = (a.KC + 3) / 4;
   for (int j = warp; j < groups; j += kw) {
-    typename I::Acc acc[kT][NM] = {};
+    typename I::Acc acc[NM] = {};
     float sx = 0.0f;
 #pragma unroll
     for (int q0 = 0; q0 < 4; q0 += U) {
       if (4 * j + q0 >= a.KC) break;  // warp-uniform
-      typename T::Raw raw[kT][U][NM];
+      typename T::Raw raw[U][NM];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int c = 4 * j + q0 + u;
         if (c >= a.KC) break;
 #pragma unroll
-        for (int tt = 0; tt < kT; ++tt) {
-          if (tt >= nt) break;
-#pragma unroll
-          for (int w = 0; w < NM; ++w) {
-            const uint8_t* base = w == 0 ? loc[tt].base : a.w[1];
-            const size_t soff = w == 0 ? size_t(loc[tt].soff) : a.scale_off;
-            const size_t unit = size_t(w == 0 ? loc[tt].tile : tile0 + tt) * size_t(a.KC) + size_t(c);
-            T::ldg_raw(raw[tt][u][w], base, soff, unit, lane);
-          }
+        for (int w = 0; w < NM; ++w) {
+          const uint8_t* base = w == 0 ? loc.base : a.w[1];
+          const size_t soff = w == 0 ? size_t(loc.soff) : a.scale_off;
+          T::ldg_raw(raw[u][w], base, soff, size_t(w == 0 ? loc.tile : tile) * size_t(a.KC) + size_t(c), lane);
         }
       }
       if (q0 == 0) {
@@ -518,26 +503,18 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const 
         int32_t S[2];
         I::lane_sums(s2[0], s2[1], t, S);
 #pragma unroll
-        for (int tt = 0; tt < kT; ++tt) {
-          if (tt >= nt) break;
+        for (int w = 0; w < NM; ++w) {
+          uint32_t A[I::kMmas][4], B[I::kMmas][2];
+          int32_t D[I::kChains][4];
+          I::prep(raw[u][w], xw, S, L, A, B, D);
 #pragma unroll
-          for (int w = 0; w < NM; ++w) {
-            uint32_t A[I::kMmas][4], B[I::kMmas][2];
-            int32_t D[I::kChains][4];
-            I::prep(raw[tt][u][w], xw, S, L, A, B, D);
-#pragma unroll
-            for (int m = 0; m < I::kMmas; ++m) gemv::mma_i8<I::kSignedA>(D[I::chain_of(m)], A[m], B[m][0], B[m][1]);
-            I::combine(raw[tt][u][w], D, S, L, acc[tt][w]);
-          }
+          for (int m = 0; m < I::kMmas; ++m) gemv::mma_i8<I::kSignedA>(D[I::chain_of(m)], A[m], B[m][0], B[m][1]);
+          I::combine(raw[u][w], D, S, L, acc[w]);
         }
       }
-      if (q0 + U >= 4 || 4 * j + q0 + U >= a.KC) {  // the group's last round: its d / dmin are in raw[.][0]
+      if (q0 + U >= 4 || 4 * j + q0 + U >= a.KC) {  // the group's last round: its d / dmin are in raw[0]
 #pragma unroll
-        for (int tt = 0; tt < kT; ++tt) {
-          if (tt >= nt) break;
-#pragma unroll
-          for (int w = 0; w < NM; ++w) I::flush(raw[tt][0][w], L, sx, acc[tt][w], out[tt][w]);
-        }
+        for (int w = 0; w < NM; ++w) I::flush(raw[0][w], L, sx, acc[w], out[w]);
       }
     }
   }
@@ -545,24 +522,19 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const 
   pdl_wait();
   // The quad's lanes hold parts of the same rows: their sum in lane t = 0,
   // as the fp16 kernel's token column 0 (c0: row g, c2: row g + 8).
+  float accs[NM][1][4];
 #pragma unroll
-  for (int tt = 0; tt < kT; ++tt) {
-    if (tt >= nt) break;
-    float accs[NM][1][4];
+  for (int w = 0; w < NM; ++w) {
 #pragma unroll
-    for (int w = 0; w < NM; ++w) {
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        float v = out[tt][w][p];
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        v += __shfl_xor_sync(0xffffffffu, v, 2);
-        accs[w][0][2 * p] = v;
-        accs[w][0][2 * p + 1] = 0.0f;
-      }
+    for (int p = 0; p < 2; ++p) {
+      float v = out[w][p];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      accs[w][0][2 * p] = v;
+      accs[w][0][2 * p + 1] = 0.0f;
     }
-    if (tt > 0) __syncthreads();  // every thread has read the previous tile's partial sums
-    gemv::reduce_store<EP, NM, 1>(red, accs, a, tile0 + tt);
   }
+  gemv::reduce_store<EP, NM, 1>(red, accs, a, tile);
 }
 
 // grid = (tiles); block = 32 * kw threads, kw <= MaxW warps that split the
@@ -697,11 +669,6 @@ cudaError_t launch_i8(const KArgs& a, cudaStream_t stream) {
     return launch_pdl(family, gemv_i8_kernel<F, EP, false, true>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
                       0, stream, a);
   }
-  // (Q8_0's SwiGLU kernel at two tiles spills 48 bytes: one tile a block.)
-  if constexpr (!(F == WFormat::kQ8_0 && EP == Epilogue::kSwiGLU))
-    if (a.i8_tiles == 2)
-      return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn, false, 2>, dim3(unsigned((a.tiles + 1) / 2)),
-                        dim3(unsigned(kw * 32)), 0, stream, a);
   return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn, false>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
                     0, stream, a);
 }

@@ -140,25 +140,13 @@ enum class StageX : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 enum class GemvI8 : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 // Where the integer GEMV forms its activations (GemmArgs::gemv_i8_stage):
 //  kAuto: once, by a small kernel into GemmArgs::i8_stage, where
-//         $QSP_GEMV_I8_STAGE=1 (off: measured slower on an H100) and a
-//         workspace is given; else kOff.
+//         $QSP_GEMV_I8_STAGE=1 (off until measured) and a workspace is
+//         given; else kOff.
 //  kOn: once into i8_stage (gemm() returns cudaErrorInvalidValue without a
 //       workspace of gemm_i8_stage_bytes(K)).
 //  kOff: every block forms them itself (each warp its 256-column groups).
 // No effect where the integer GEMV does not run. The same bits either way.
 enum class GemvI8Stage : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
-// 16-row weight tiles per block of the integer GEMV (GemmArgs::gemv_i8_tiles;
-// where its activations are not formed once, GemvI8Stage):
-//  kAuto: kTwo for matrices of at least 256 tiles (4096 rows: every 8B
-//         GEMV, not the 0.6B's), else kOne; $QSP_GEMV_I8_TILES=1 / 2 forces
-//         one or the other.
-//  kTwo: a block's warps stage each 256-column group of activations once
-//        for two tiles (the staging was ~25 of 108 instructions a unit,
-//        bench/RESULTS.md, eighteenth session), half as many blocks.
-//  kOne: a block per tile (and always for Q8_0's SwiGLU, whose two-tile
-//        kernel would spill 48 bytes).
-// The same bits either way.
-enum class GemvI8Tiles : int32_t { kAuto = 0, kOne = 1, kTwo = 2 };
 
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
@@ -207,8 +195,6 @@ struct GemmArgs {
   void* i8_stage = nullptr;
   size_t i8_stage_bytes = 0;
   GemvI8Stage gemv_i8_stage = GemvI8Stage::kAuto;
-  // Tests and benchmarks: tiles per block of the integer GEMV (GemvI8Tiles).
-  GemvI8Tiles gemv_i8_tiles = GemvI8Tiles::kAuto;
   // Optional, the GEMV only (gemm_norm_in_ok(M, K)):
   // the input is not x (ignored, may be null) but the RMSNorm of the fp32
   // rows norm_in_x ([M][K], row stride norm_in_ldx), half(norm_in_x[m][i] *
