@@ -6,7 +6,7 @@
 // WTraits::wg_frags (kernels/formats/); formats without kWgmma never get here.
 //
 // Block: two consumer warpgroups and one producer warpgroup (384 threads;
-// setmaxnreg moves registers from the producer, 56, to the consumers, 224).
+// setmaxnreg moves registers from the producer, 40, to the consumers, 232).
 //  - The block owns 128 weight rows ("virtual" rows: for kSwiGLU, 64 gate
 //    rows in warpgroup 0 and the same 64 up rows in warpgroup 1) and BT
 //    token rows (256 or 128; 64 forced only). Warp q of warpgroup w owns the 16-row weight
@@ -58,17 +58,16 @@ constexpr int kThreads = 128 * (kConsumers + 1);  // + the producer warpgroup
 // Registers after setmaxnreg, for MinB blocks per SM: the kernel is compiled
 // to 65536 / (384 MinB) rounded down to 8 (168, or 80 for two blocks), and
 // the producer's release pays the consumers' growth within that:
-// 128 * 56 + 256 * 224 = 384 * 168, 128 * 64 + 256 * 88 = 384 * 80.
-// ptxas compiles the producer's code within what setmaxnreg.dec leaves it
-// (the consumers' within the launch bound): at 40 / 32 (until 2026-12-06)
-// the producer thread spilled 48-60 bytes in every split-K kernel at one
-// block per SM and 104-120 bytes in 60 of the 80 kernels at two (ptxas -v,
-// nvcc 13.0; the nineteenth session took those for the consumers'); at 56
-// / 64 no kernel spills.
+// 128 * 40 + 256 * 232 = 384 * 168, 128 * 32 + 256 * 104 = 384 * 80.
+// ptxas compiles the producer's code within what setmaxnreg.dec leaves it:
+// at 40 / 32 the producer thread spills 48-60 bytes in every split-K kernel
+// at one block per SM and 104-120 in 60 of the 80 kernels at two. 56 / 224
+// and 64 / 88 (the same totals) spill nothing: commit ff5f17c, reverted
+// until a GPU runs it (bench/RESULTS.md, twentieth session).
 template <int MinB>
-constexpr int kProducerRegs = MinB == 1 ? 56 : 64;
+constexpr int kProducerRegs = MinB == 1 ? 40 : 32;
 template <int MinB>
-constexpr int kConsumerRegs = MinB == 1 ? 224 : 88;
+constexpr int kConsumerRegs = MinB == 1 ? 232 : 104;
 static_assert(128 * kProducerRegs<1> + 256 * kConsumerRegs<1> <= kThreads * 168 &&
                   128 * kProducerRegs<2> + 256 * kConsumerRegs<2> <= kThreads * 80,
               "setmaxnreg stays within the launch's registers");
@@ -238,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, MinB)
           produce(per_tile([&](int v) { return WLoc{v / 4 ? a.w[1] : a.w[0], a.scale_off, min(r0 + v % 4, a.tiles - 1)}; }));
         }
       } else {
-        // One thread with 56 (or 64) registers (setmaxnreg.dec) issues every copy:
+        // One thread with 40 (or 32) registers (setmaxnreg.dec) issues every copy:
         // the lookup must not run per copy. A block inside one matrix of the
         // row group (always for Q | K | V, whose boundaries are multiples of
         // 128 rows) finds it once; a block across a boundary looks each tile up.
