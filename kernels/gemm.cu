@@ -97,14 +97,19 @@ bool env_default_on(const char* name) { return !std::getenv(name) || env_on(name
 //                  ~22 instructions a unit it saves); under QSP_PDL=1 it gains 2-4%, but
 //                  QSP_PDL=1 alone loses 8% (bench/RESULTS.md, twentieth session). The
 //                  H200's step is more issue-bound: not yet timed there
-//  - kGemvXsmem    $QSP_GEMV_XSMEM (off unless set): the GEMV's activations staged in shared
-//                  memory in the fragments' order (StageX::kAuto). H100, fifteenth session:
-//                  the 0.6B decode step -1.4% (-5% with 2048 cached), the 8B +1-2%; one token
-//                  by default is commit cce0438, reverted until a GPU times it again
+//  - kGemvXsmem    $QSP_GEMV_XSMEM (unset: one token only; "0" never; else every M it
+//                  serves): the GEMV's activations staged in shared memory in the
+//                  fragments' order (StageX::kAuto). Measured (H100, fifteenth session):
+//                  the 0.6B decode step -1.4%, -5% with 2048 cached; the 8B -1-2% worse,
+//                  but its GEMVs have all taken the integer GEMV since (gemv_i8_auto), so
+//                  the fp16 GEMV it stages for is the small matrices'. Timed again on this
+//                  code (H100, twenty-first session, three alternating rounds): the 0.6B
+//                  step -1.4% (0.674 -> 0.664 ms), the 8B's equal, the 8B with 2048
+//                  cached -1.6% (2.634 -> 2.586)
 enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8, kGemvI8Stage };
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
-                            env_default_on("QSP_WGMMA_DENSE64"), env_on("QSP_GEMV_XSMEM"),
+                            env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
                             env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE")};
   return on[int(s)];
 }
@@ -362,7 +367,11 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   a.xin_w = g.norm_in_w;
   a.xin_eps = g.norm_in_eps;
   switch (g.gemv_stage_x) {
-    case StageX::kAuto: a.stage_x = switch_on(Switch::kGemvXsmem) && stage_ok; break;
+    case StageX::kAuto: {
+      static const bool every_m = std::getenv("QSP_GEMV_XSMEM") != nullptr;  // set and not "0": every M
+      a.stage_x = switch_on(Switch::kGemvXsmem) && stage_ok && (g.M == 1 || every_m);
+      break;
+    }
     case StageX::kOff: a.stage_x = 0; break;
     case StageX::kOn:
       if (!stage_ok) return cudaErrorInvalidValue;
