@@ -191,6 +191,8 @@ int32_t attention_batch_tile_tokens(int32_t max_piece, int32_t n_heads, int32_t 
 }
 
 cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
+  if (a.prefetch != AttnPrefetch::kAuto && a.prefetch != AttnPrefetch::kOff && a.prefetch != AttnPrefetch::kOn)
+    return cudaErrorInvalidValue;
   if (a.seqs) {
     // A batched pass: the pieces and tiles are device data the caller built.
     if (!a.q || !a.out || !a.tiles || a.n_tiles < 1 || a.layer < 0 || a.max_piece < 1 || a.max_piece > a.M)

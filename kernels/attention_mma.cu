@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -46,6 +48,11 @@ struct FwdParams {
   const SeqDesc* seqs;
   const int2* tiles;
   int layer, n_kv_heads;
+  // AttnArgs::prefetch: the K / V tiles of keys below past are copied before
+  // pdl_wait (qk_rope, the launch before, writes keys past.. only; every
+  // launch before that has completed: each kernel lets its dependents start
+  // only after its own pdl_wait).
+  int prefetch;
 };
 
 // Which rows and keys a block owns. The epilogue calls this again instead of
@@ -119,8 +126,15 @@ __device__ __forceinline__ Span block_span(const FwdParams& p, int t0) {
 
 template <class Kt, bool kBatch>
 __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_kernel(const FwdParams p) {
-  pdl_wait();  // kernels/pdl.h
-  pdl_launch_dependents();
+  // kernels/pdl.h. With p.prefetch the wait comes after the copies of the
+  // tiles of old keys (below): past, the pieces and the tiles are set before
+  // the pass begins, so they may be read first. Only the decode-sized
+  // configuration has the path (in the 128-row one it cost spills).
+  const bool prefetch = Kt::kBlockM <= 16 && p.prefetch;
+  if (!prefetch) {
+    pdl_wait();
+    pdl_launch_dependents();
+  }
   constexpr int D = Kt::kHeadDim;
   constexpr int kBlockM = Kt::kBlockM, kBlockN = Kt::kBlockN;
   constexpr int kMTiles = Kt::kMTiles, kNTiles = Kt::kNTiles, kDTiles = Kt::kDTiles;
@@ -151,6 +165,7 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
   }
 
   if (n_begin >= n_end) {
+    if (prefetch) pdl_wait();  // (the partials' last readers, the previous combine, are done)
     // Nothing visible in this split: tell the combine step so.
     if (p.n_splits > 1) {
       for (int r = tid; r < rows_used; r += Kt::kNThreads) {
@@ -177,15 +192,6 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
   for (int q = 0; q < 8; ++q)
     ld_base[q] = uint32_t(ld_row * kRowBytes + ((ld_chunk ^ ((ld_row + q) & 7)) << 4));
 
-  // Q: rows beyond the chunk (or the packed heads) are zero-filled.
-  static_for<kBlockM / Kt::kRowsPerPass>([&](auto ic) {
-    constexpr int i = decltype(ic)::value;
-    const int r = ld_row + i * Kt::kRowsPerPass;
-    const int t = t0 + r / p.gp;
-    const bool ok = r < rows_used && t < sp.M;
-    const __half* src = sp.q + (size_t(t) * p.n_heads + h0 + r % p.gp) * D + ld_chunk * 8;
-    cp_async_cg_16<i * Kt::kRowsPerPass * kRowBytes, 0>(sQ + ld_base[(i * Kt::kRowsPerPass) & 7], src, ok);
-  });
   // This thread's element of key 0 of the KV head; kept as one offset (not
   // two pointers) to save registers, the bases come from the parameters.
   const size_t kv_off = size_t(kvh) * sp.max_seq * D + size_t(ld_row) * D + ld_chunk * 8;
@@ -198,16 +204,42 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
       cp_async_cg_16<kRow * kRowBytes, kRow * kRowBytes>(s_stage + ld_base[kRow & 7], tile, kRow < valid_rows);
     });
   };
+  // Prefetch (p.prefetch): tile j's K and V before the wait when all its
+  // keys are below past (tile 1 only if tile 0 is). They join the first
+  // commit group, whose wait below then covers them too.
+  const bool pre0 = prefetch && n_begin + kBlockN <= past;
+  const bool pre1 = pre0 && n_tiles > 1 && n_begin + 2 * kBlockN <= past;
+  if (pre0) {
+    load_tile(sp.k, sK, n_begin);
+    load_tile(sp.v, sV, n_begin);
+  }
+  if (pre1) {
+    load_tile(sp.k, sK + Kt::kSmemKV, n_begin + kBlockN);
+    load_tile(sp.v, sV + Kt::kSmemKV, n_begin + kBlockN);
+  }
+  if (prefetch) {
+    pdl_wait();
+    pdl_launch_dependents();
+  }
+  // Q: rows beyond the chunk (or the packed heads) are zero-filled.
+  static_for<kBlockM / Kt::kRowsPerPass>([&](auto ic) {
+    constexpr int i = decltype(ic)::value;
+    const int r = ld_row + i * Kt::kRowsPerPass;
+    const int t = t0 + r / p.gp;
+    const bool ok = r < rows_used && t < sp.M;
+    const __half* src = sp.q + (size_t(t) * p.n_heads + h0 + r % p.gp) * D + ld_chunk * 8;
+    cp_async_cg_16<i * Kt::kRowsPerPass * kRowBytes, 0>(sQ + ld_base[(i * Kt::kRowsPerPass) & 7], src, ok);
+  });
   // Commit groups, in order: {Q, K0}, {V0}, {K1}, {V1}, then per iteration j
   // {K_j+2}, {V_j+2} (empty groups past the end keep the count uniform, so
-  // the wait depths below are constants).
-  load_tile(sp.k, sK, n_begin);
+  // the wait depths below are constants; prefetched tiles are in the first).
+  if (!pre0) load_tile(sp.k, sK, n_begin);
   cp_async_commit();
-  load_tile(sp.v, sV, n_begin);
+  if (!pre0) load_tile(sp.v, sV, n_begin);
   cp_async_commit();
-  if (n_tiles > 1) load_tile(sp.k, sK + Kt::kSmemKV, n_begin + kBlockN);
+  if (n_tiles > 1 && !pre1) load_tile(sp.k, sK + Kt::kSmemKV, n_begin + kBlockN);
   cp_async_commit();
-  if (n_tiles > 1) load_tile(sp.v, sV + Kt::kSmemKV, n_begin + kBlockN);
+  if (n_tiles > 1 && !pre1) load_tile(sp.v, sV + Kt::kSmemKV, n_begin + kBlockN);
   cp_async_commit();
 
   // Rows this thread holds in the accumulator layout: lane/4 (+8) of each of
@@ -537,6 +569,11 @@ cudaError_t run_d(const AttnArgs& a, const Plan& pl, cudaStream_t stream) {
   p.tiles = a.tiles;
   p.layer = a.layer;
   p.n_kv_heads = a.n_kv_heads;
+  static const bool prefetch_env = [] {
+    const char* v = std::getenv("QSP_ATTN_PREFETCH");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  p.prefetch = a.prefetch == AttnPrefetch::kOn || (a.prefetch == AttnPrefetch::kAuto && prefetch_env);
 
   cudaError_t e;
   if (a.seqs) {  // a batched pass: never split (make_batch_plan)

@@ -282,6 +282,14 @@ cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream);
 // attends to keys 0 .. *past + m of its KV head (GQA: head h uses KV head
 // h / (n_heads / n_kv_heads)), softmax(q.k * scale) v, online softmax.
 enum class AttnPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2 };
+// Whether the decode-sized mma.sync kernel (16 rows a block) copies its
+// first two K / V tiles before waiting for the previous kernel
+// (AttnArgs::prefetch; kernels/pdl.h): the tiles whose keys are all below
+// *past (the cache of earlier steps, which the qk_rope launch before
+// attention does not write), so the first cache round trip overlaps
+// qk_rope. kAuto: $QSP_ATTN_PREFETCH=1 (off until measured). The same bits
+// either way.
+enum class AttnPrefetch : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 struct AttnArgs {
   const __half* q = nullptr;       // [M][n_heads][head_dim]
   const __half* k_cache = nullptr; // [n_kv_heads][max_seq][head_dim]
@@ -299,6 +307,7 @@ struct AttnArgs {
   // kernel, head_dim 128, never split) returns cudaErrorNotSupported where
   // it cannot run; kMma is the mma.sync family of every device.
   AttnPath path = AttnPath::kAuto;
+  AttnPrefetch prefetch = AttnPrefetch::kAuto;
   // A batched pass (else nullptr): the pieces (M is then the pass's token
   // count, and k_cache, v_cache, max_seq and past are unused), the layer, and
   // the launch's query tiles: tiles[i] = {piece, its first token in the

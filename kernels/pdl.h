@@ -13,7 +13,11 @@
 // and waiting when the one before it drains: at 128-512 tokens a layer's ~10
 // kernels are a few microseconds each. The rule each of them keeps:
 //   - before pdl_wait(): read only memory no kernel of the forward pass
-//     writes (weights, the model's constants), write nothing;
+//     writes (weights, the model's constants), write nothing; one
+//     exception, opt-in (AttnArgs::prefetch): the attention copies the
+//     cache rows of keys below past, which the kernel before it (qk_rope,
+//     writing keys past..) does not touch and every earlier one has
+//     finished with (the next rule);
 //   - pdl_wait() on every path before the first other global access;
 //   - pdl_launch_dependents() only after its own pdl_wait(), so at most one
 //     grid runs ahead of the one still computing (no chain of grids resident

@@ -4,6 +4,7 @@
 // without scratch, each kernel family forced, GQA groups 1, 2, 4, 5, 8 and
 // MQA, head_dim 64 and 128, CUDA graph replay at moving positions. A case is
 // one line: {head_dim, n_heads, n_kv_heads, M, past, max_seq}.
+#include "kernels/pdl.h"
 #include "ops/attention_check.h"
 
 using namespace qsp_test;
@@ -138,6 +139,70 @@ TEST_CASE("op attention: decode step captured once in a CUDA graph is right at e
     cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
   }
+}
+
+// AttnArgs::prefetch: the mma.sync kernels copy the K / V tiles of keys
+// below past before waiting for qk_rope (launched just before, with PDL as
+// in a decode pass), which writes the chunk's keys at past... The output
+// must be the bits of copying after the wait, on splits that start below,
+// across and at past, for decode steps and chunks, trial after trial.
+TEST_CASE("op attention: cache tiles copied before qk_rope's end give the same bits", "[gpu][attention][decode]") {
+  QSP_REQUIRE_GPU();
+  const AttnCase cases[] = {
+      {128, 32, 8, 1, 0, 40},      {128, 32, 8, 1, 31, 80},     {128, 32, 8, 1, 32, 100},
+      {128, 32, 8, 1, 64, 2065},   {128, 32, 8, 1, 2047, 2065}, {128, 16, 8, 1, 3000, 4100},
+      {64, 16, 4, 1, 700, 800},    {128, 32, 8, 3, 500, 600},   {128, 32, 8, 17, 65, 200},
+      {128, 32, 8, 100, 1000, 1200},
+  };
+  Rng rng(6061);
+  cudaStream_t stream = nullptr;
+  CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const AttnCase& c : cases) {
+    INFO(describe(c));
+    const AttnData d(c, rng);
+    AttnRig rig(c, true);
+    const int D = c.head_dim, Q = c.n_heads * D, KV = c.n_kv_heads * D, ld = Q + 2 * KV;
+    std::vector<float> qkv(size_t(c.M) * ld);
+    for (float& x : qkv) x = rng.normal();
+    DevBuf d_qkv(qkv.size() * 4);
+    d_qkv.upload(qkv);
+    std::vector<uint16_t> want;
+    for (int trial = 0; trial < 4; ++trial) {
+      rig.load(d);  // the old cache again (qk_rope overwrote past..)
+      rig.out.poison();
+      rig.scratch.poison();
+      set_past(rig.past, c.past);
+      CUDA_REQUIRE(cudaDeviceSynchronize());  // the stream is non-blocking: order the copies first
+      kern::QkRopeArgs r = rig.rope_args(d_qkv.as<float>(), ld, nullptr, nullptr, 0);
+      r.eps = 1e-6f;
+      kern::AttnArgs a = rig.args();
+      a.path = kern::AttnPath::kMma;
+      a.prefetch = trial == 0 ? kern::AttnPrefetch::kOff : kern::AttnPrefetch::kOn;
+      {
+        kern::PdlPass pass(c.M);  // the launches of a decode-sized pass: PDL on sm_90
+        CUDA_REQUIRE(kern::qk_rope(r, stream));
+        CUDA_REQUIRE(kern::attention(a, stream));
+      }
+      CUDA_REQUIRE(cudaStreamSynchronize(stream));
+      const std::vector<uint16_t> out = rig.out.download<uint16_t>();
+      size_t not_finite = 0;
+      for (uint16_t h : out) not_finite += !h_is_finite(h);
+      REQUIRE(not_finite == 0);
+      if (trial == 0) {
+        want = out;
+      } else {
+        INFO("trial " << trial);
+        CHECK(out == want);
+      }
+    }
+  }
+  // An out-of-range value is refused.
+  AttnRig rig(AttnCase{128, 8, 4, 4, 0, 16}, true);
+  kern::AttnArgs a = rig.args();
+  a.prefetch = static_cast<kern::AttnPrefetch>(5);
+  CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
+  CUDA_REQUIRE(cudaGetLastError());
+  cudaStreamDestroy(stream);
 }
 
 TEST_CASE("op attention: rejects unsupported arguments", "[gpu][attention]") {
