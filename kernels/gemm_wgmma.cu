@@ -285,7 +285,12 @@ __global__ void __launch_bounds__(kThreads, MinB)
   // Chunk kt's slot: its A fragments decoded into A (waits for the slot to land).
   auto decode = [&](int kt, uint32_t(&A)[4][4]) {
     const int slot = kt % kS;
-    QSP_PROBE(kProbeFull, mbar_wait(full0 + 8 * slot, (kt / kS) & 1));
+#if defined(QSP_WGMMA_PROBE)
+    if (kt == 0)
+      QSP_PROBE(kProbeFirst, mbar_wait(full0 + 8 * slot, (kt / kS) & 1));
+    else
+#endif
+      QSP_PROBE(kProbeFull, mbar_wait(full0 + 8 * slot, (kt / kS) & 1));
     const uint32_t st = base + slot * L::kStage;
     QSP_PROBE(kProbeDecode, WTraits<F>::wg_frags(st + L::kXBytes + v * L::kUnit,
                                                   st + L::kXBytes + L::kQBytes + v * L::kSUnit, lane, A));

@@ -74,7 +74,8 @@ bool maps_fit(WFormat fmt);
 // consumer warps (lane 0) or producer thread since the last probe_take,
 // which returns them and zeroes the sums (false in other builds).
 enum ProbeSlot {
-  kProbeFull,      // consumers: waiting for a stage to land (full barrier)
+  kProbeFull,      // consumers: waiting for a stage to land (full barrier), the first chunk's apart
+  kProbeFirst,     // consumers: waiting for the first chunk's stage (the prologue: PDL wait, first copies)
   kProbeDecode,    // consumers: a stage's A fragments (shared loads, decode)
   kProbeMma,       // consumers: waiting for their wgmma groups
   kProbeLoop,      // consumers: the whole main loop
