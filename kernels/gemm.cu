@@ -405,6 +405,42 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
       break;
     default: return cudaErrorInvalidValue;
   }
+  a.i8_split = 1;
+  {
+    const int groups = (a.KC + 3) / 4;
+    auto split_ok = [&](int s) { return a.i8 && !a.i8s && g.ep != Epilogue::kSwiGLU && groups % s == 0; };
+    auto device = [](int* major, int* sms) {
+      int dev = 0;
+      if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+      }
+      *major = cc_major(dev);
+      *sms = sm_count(dev);
+      return true;
+    };
+    int major = 0, sms = 0;
+    switch (g.gemv_i8_split) {
+      case GemvI8Split::kAuto: {
+        static const int env = [] {
+          const char* v = std::getenv("QSP_GEMV_I8_SPLIT");
+          return v && std::strcmp(v, "2") == 0 ? 2 : v && std::strcmp(v, "4") == 0 ? 4 : 1;
+        }();
+        if (env > 1 && split_ok(env) && device(&major, &sms) && major >= 9 && a.tiles < 3 * sms) a.i8_split = env;
+        break;
+      }
+      case GemvI8Split::kOff: break;
+      case GemvI8Split::kTwo:
+      case GemvI8Split::kFour: {
+        const int s = int(g.gemv_i8_split);
+        if (!split_ok(s)) return cudaErrorInvalidValue;
+        if (!device(&major, &sms) || major < 9) return cudaErrorNotSupported;
+        a.i8_split = s;
+        break;
+      }
+      default: return cudaErrorInvalidValue;
+    }
+  }
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;
   a.o.ldo = g.ldo;

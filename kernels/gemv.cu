@@ -264,6 +264,15 @@ __device__ __forceinline__ void chunk_mma(float (&acc)[NM][MT][4], const typenam
 
 // The warps' partial sums of tile `tile` through shared memory (red:
 // [kMaxWarps][NM][MT * 8][kRedLd] floats), then the epilogue of each output.
+// Output element i of the epilogue EP from its sums (s1: up's, kSwiGLU).
+template <Epilogue EP>
+__device__ __forceinline__ void store_one(const KArgs& a, size_t i, float s0, float s1) {
+  if (EP == Epilogue::kStoreF16) a.o.out_h[i] = __float2half_rn(s0);
+  if (EP == Epilogue::kSwiGLU) a.o.out_h[i] = __float2half_rn(silu(s0) * s1);
+  if (EP == Epilogue::kStoreF32) a.o.out_f[i] = s0;
+  if (EP == Epilogue::kAddF32) a.o.out_f[i] += s0;
+}
+
 // Called by every thread of the block.
 template <Epilogue EP, int NM, int MT>
 __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], const float (&acc)[NM][MT][4],
@@ -288,11 +297,7 @@ __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], c
       s0 += red[w][0][m][nl];
       if (kDual) s1 += red[w][NM - 1][m][nl];
     }
-    const size_t i = size_t(m) * size_t(a.o.ldo) + size_t(n);
-    if (EP == Epilogue::kStoreF16) a.o.out_h[i] = __float2half_rn(s0);
-    if (EP == Epilogue::kSwiGLU) a.o.out_h[i] = __float2half_rn(silu(s0) * s1);
-    if (EP == Epilogue::kStoreF32) a.o.out_f[i] = s0;
-    if (EP == Epilogue::kAddF32) a.o.out_f[i] += s0;
+    store_one<EP>(a, size_t(m) * size_t(a.o.ldo) + size_t(n), s0, s1);
   }
 }
 
@@ -428,9 +433,18 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32) stage_i8_kernel(const KA
 // instead of 3; 8B decode step +7-16%).
 // kPre: the activations come formed by stage_i8_kernel (a.i8s), the norm
 // too: never with kNormIn.
-template <WFormat F, Epilogue EP, bool kNormIn, bool kPre>
+// kS > 1 (KArgs::i8_split; sm_90): grid (tiles, 1, kS) in clusters of
+// (1, 1, kS), block z taking the z-th of kS equal ranges of the groups (the
+// launcher splits only where kS divides them, so every warp has a group);
+// each block sums its warps' partials into shared memory, and rank 0 adds
+// the ranks' in rank order (deterministic, no workspace) and stores. More
+// blocks (and warps) in flight for the matrices of few tiles: the 4096-row
+// ones fill two blocks of an SM's three (bench/RESULTS.md, twenty-first
+// session). Not SwiGLU (its gate | up have tiles enough).
+template <WFormat F, Epilogue EP, bool kNormIn, bool kPre, int kS = 1>
 __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const KArgs a) {
   static_assert(!(kNormIn && kPre), "the stage kernel forms the norm");
+  static_assert(kS == 1 || (!kPre && EP != Epilogue::kSwiGLU), "the split: plain GEMVs forming their own activations");
   using T = WTraits<F>;
   using I = i8::I8<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
@@ -451,8 +465,13 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const 
   float out[NM][2] = {};
   float nscale = 0.0f;
   bool first = true;
-  const int groups = (a.KC + 3) / 4;
-  for (int j = warp; j < groups; j += kw) {
+  int j0 = 0, groups = (a.KC + 3) / 4;
+  if constexpr (kS > 1) {  // this block's range of groups
+    const int per = groups / kS;
+    j0 = int(blockIdx.z) * per;
+    groups = j0 + per;
+  }
+  for (int j = j0 + warp; j < groups; j += kw) {
     typename I::Acc acc[NM] = {};
     float sx = 0.0f;
 #pragma unroll
@@ -534,7 +553,31 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const 
       accs[w][0][2 * p + 1] = 0.0f;
     }
   }
-  gemv::reduce_store<EP, NM, 1>(red, accs, a, tile);
+  if constexpr (kS == 1) {
+    gemv::reduce_store<EP, NM, 1>(red, accs, a, tile);
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Token 0's row sums of the block (red's rows as reduce_store lays them
+    // out), then the cluster's in rank order.
+    __shared__ float part[16];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) red[warp][0][2 * t + (r & 1)][g + 8 * (r >> 1)] = accs[0][0][r];
+    __syncthreads();
+    if (threadIdx.x < 16) {
+      float s = 0.0f;
+      for (int w = 0; w < kw; ++w) s += red[w][0][0][threadIdx.x];
+      part[threadIdx.x] = s;
+    }
+    cluster_sync();  // every rank's part written
+    const int n = tile * 16 + int(threadIdx.x);
+    if (blockIdx.z == 0 && threadIdx.x < 16 && n < a.o.N) {
+      float s = part[threadIdx.x];
+      for (int r = 1; r < kS; ++r) s += *cluster_peer(&part[threadIdx.x], uint32_t(r));
+      gemv::store_one<EP>(a, size_t(n), s, 0.0f);
+    }
+    cluster_sync();  // the peers' parts stay alive until rank 0 has read them
+#endif
+  }
 }
 
 // grid = (tiles); block = 32 * kw threads, kw <= MaxW warps that split the
@@ -668,6 +711,17 @@ cudaError_t launch_i8(const KArgs& a, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
     return launch_pdl(family, gemv_i8_kernel<F, EP, false, true>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
                       0, stream, a);
+  }
+  if constexpr (EP != Epilogue::kSwiGLU) {
+    // The split over a cluster (KArgs::i8_split, resolved by gemm(): sm_90,
+    // a divisor of the groups).
+    auto split = [&](auto kern, int s) {
+      const int skw = std::max(1, std::min(gemv::kMaxWarps, groups / s));
+      ClusterZLaunch l(dim3(unsigned(a.tiles), 1, unsigned(s)), skw * 32, 0, stream, pdl_enabled(stream, family));
+      return cudaLaunchKernelEx(&l.cfg, kern, a);
+    };
+    if (a.i8_split == 2) return split(gemv_i8_kernel<F, EP, kNormIn, false, 2>, 2);
+    if (a.i8_split == 4) return split(gemv_i8_kernel<F, EP, kNormIn, false, 4>, 4);
   }
   return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn, false>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
                     0, stream, a);

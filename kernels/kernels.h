@@ -147,6 +147,17 @@ enum class GemvI8 : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 //  kOff: every block forms them itself (each warp its 256-column groups).
 // No effect where the integer GEMV does not run. The same bits either way.
 enum class GemvI8Stage : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
+// The integer GEMV's K split over a thread-block cluster
+// (GemmArgs::gemv_i8_split; sm_90, not SwiGLU, not with the activations
+// formed once): kTwo / kFour blocks per 16-row tile, each taking an equal
+// range of the 256-column groups, rank 0 adding the blocks' sums in rank
+// order (deterministic; other bits than one block's, within fp32 rounding).
+//  kAuto: $QSP_GEMV_I8_SPLIT=2 / 4 (off until measured) for the matrices of
+//         fewer tiles than three blocks per SM (the 8B's O, down and
+//         Q | K | V), where the split divides the groups; else one block.
+//  kTwo / kFour: that split (cudaErrorInvalidValue where the shape does not
+//                allow it, cudaErrorNotSupported before sm_90).
+enum class GemvI8Split : int32_t { kAuto = 0, kOff = 1, kTwo = 2, kFour = 4 };
 
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
@@ -195,6 +206,8 @@ struct GemmArgs {
   void* i8_stage = nullptr;
   size_t i8_stage_bytes = 0;
   GemvI8Stage gemv_i8_stage = GemvI8Stage::kAuto;
+  // Tests and benchmarks: the integer GEMV's K split (GemvI8Split).
+  GemvI8Split gemv_i8_split = GemvI8Split::kAuto;
   // Optional, the GEMV only (gemm_norm_in_ok(M, K)):
   // the input is not x (ignored, may be null) but the RMSNorm of the fp32
   // rows norm_in_x ([M][K], row stride norm_in_ldx), half(norm_in_x[m][i] *

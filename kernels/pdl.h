@@ -161,15 +161,7 @@ inline bool pdl_enabled(cudaStream_t stream, PdlKernel k) {
     (void)cudaGetLastError();
     return false;
   }
-  static PerDevice major;
-  return major.get(dev, [dev] {
-           int m = 0;
-           if (cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-             (void)cudaGetLastError();
-             return -1;
-           }
-           return m;
-         }) >= 9;
+  return cc_major(dev) >= 9;
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute

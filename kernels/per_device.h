@@ -45,6 +45,19 @@ inline int sm_count(int dev) {
   });
 }
 
+// Compute capability major of device `dev`; -1 when the driver cannot say.
+inline int cc_major(int dev) {
+  static PerDevice cache;
+  return cache.get(dev, [dev] {
+    int m = 0;
+    if (cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    return m;
+  });
+}
+
 // Raises `kernel`'s dynamic shared-memory limit to `bytes` on device `dev`,
 // once per device: `once` is the caller's cache for this kernel (a static
 // next to its launch). A failure is returned (the attribute call's error)

@@ -1,6 +1,7 @@
 // Tiny device helpers shared by the kernels, each named after the PTX it
 // wraps: the one set of PTX wrappers of the mma.sync kernels, the GEMV and
-// the weight decoders (kernels/formats/). The Hopper-only ones (mbarriers,
+// the weight decoders (kernels/formats/), and the cluster barrier and peer
+// address of the split-K kernels (sm_90+). The Hopper-only ones (mbarriers,
 // TMA, wgmma) are in kernels/sm90.cuh.
 #pragma once
 
@@ -129,6 +130,21 @@ __device__ __forceinline__ float quad_max(float v) {
 __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// ---- Thread-block clusters (sm_90+: call only from code built for it) --------------------------
+// Every non-exited thread of the cluster arrives (release: its shared-memory
+// writes become visible cluster-wide) and waits (acquire). Not .aligned: the
+// threads of a warp may arrive at different points (a producer lane after
+// its copies, its idle lanes at once).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+// The address of the same shared-memory variable in block `rank` of the cluster.
+__device__ __forceinline__ const float* cluster_peer(const float* p, uint32_t rank) {
+  uint64_t out;
+  asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(out) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
+  return reinterpret_cast<const float*>(out);
 }
 
 }  // namespace kern

@@ -72,21 +72,6 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// ---- Thread-block clusters -------------------------------------------------------------------
-// Every non-exited thread of the cluster arrives (release: its shared-memory
-// writes become visible cluster-wide) and waits (acquire). Not .aligned: the
-// threads of a warp may arrive at different points (a producer lane after
-// its copies, its idle lanes at once).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-// The address of the same shared-memory variable in block `rank` of the cluster.
-__device__ __forceinline__ const float* cluster_peer(const float* p, uint32_t rank) {
-  uint64_t out;
-  asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(out) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
-  return reinterpret_cast<const float*>(out);
-}
-
 // ---- Registers -------------------------------------------------------------------------------
 template <int R>
 __device__ __forceinline__ void setmaxnreg_dec() {

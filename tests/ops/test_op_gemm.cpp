@@ -4,7 +4,9 @@
 // A case is one line of a table: weight dtype, N x K, token counts, paths.
 #include "ops/gemm_check.h"
 
+#include <algorithm>
 #include <array>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -538,6 +540,135 @@ TEST_CASE("op gemm: the integer GEMV's activations formed once equal each block'
   g.i8_stage = small.p;
   g.i8_stage_bytes = small.bytes;
   CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  CUDA_REQUIRE(cudaGetLastError());
+}
+
+// GemmArgs::gemv_i8_split: the integer GEMV's K split over a cluster of
+// two or four blocks (sm_90), rank 0 adding the blocks' sums in rank order.
+// Other bits than one block's (another order of fp32 additions), so: within
+// fp32 rounding of it (fp16 out: within its rounding), and the same bits
+// run to run. Every format; Q | K | V as a row group from x and from the
+// norm of a residual, the residual add and fp16 out; K of 16 and of 4
+// groups. Refused: SwiGLU, a split that does not divide the groups, the
+// activations formed once.
+TEST_CASE("op gemm: the integer GEMV split over a cluster equals one block within rounding", "[gpu][gemm][gemv][i8]") {
+  QSP_REQUIRE_GPU();
+  if (device_major() < 9) {
+    std::printf("SKIPPED: the integer GEMV's cluster split needs sm_90 (this device: sm_%d)\n", device_major() * 10);
+    return;
+  }
+  uint64_t seed = 8700;
+  std::vector<std::pair<int32_t, int64_t>> cases;  // dtype, K
+  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K,
+                     QSP_DTYPE_Q8_0, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1})
+    cases.emplace_back(dt, 4096);
+  cases.emplace_back(QSP_DTYPE_Q4_0, 1024);
+  cases.emplace_back(QSP_DTYPE_Q6_K, 1024);
+  using qsp::kern::GemvI8Split;
+  for (const auto& [dt, K] : cases) {
+    const int64_t N = DecodeWeights::kN;
+    const DecodeWeights dw(dt, K, seed);
+    Rng rng(seed++);
+    std::vector<float> nw(static_cast<size_t>(K)), resid(static_cast<size_t>(K)), init(static_cast<size_t>(N));
+    for (float& v : nw) v = 1.0f + 0.3f * rng.normal();
+    for (float& v : resid) v = 3.0f * rng.normal();
+    for (float& v : init) v = rng.normal();
+    DevBuf dnw(nw.size() * 4), dres(resid.size() * 4);
+    dnw.upload(nw);
+    dres.upload(resid);
+    OpActs x(1, int(K), int(K), seed++);
+    for (int v : {0, 2, 4, 5}) {  // q|k|v from x, from the norm, += and fp16 out
+      const bool norm = v == 2;
+      GemmArgs g;
+      g.M = 1;
+      g.gemv_i8 = qsp::kern::GemvI8::kOn;
+      g.gemv_i8_stage = qsp::kern::GemvI8Stage::kOff;
+      dw.into(g, false, true);
+      if (v == 4) g.ep = Epilogue::kAddF32;
+      if (v == 5) g.ep = Epilogue::kStoreF16;
+      if (norm) {
+        g.norm_in_x = dres.as<float>();
+        g.norm_in_ldx = int32_t(K);
+        g.norm_in_w = dnw.as<float>();
+        g.norm_in_eps = 1e-6f;
+      } else {
+        g.x = x.ptr();
+        g.ldx = int32_t(K);
+      }
+      g.ldo = int32_t(N);
+      const bool half_out = v == 5;
+      auto run = [&](GemvI8Split split) {
+        DevBuf out(size_t(N) * 4);
+        if (v == 4)
+          out.upload(init);
+        else
+          out.poison();
+        point_out(g, out, half_out);
+        g.gemv_i8_split = split;
+        CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
+        CUDA_REQUIRE(cudaDeviceSynchronize());
+        std::vector<float> r(static_cast<size_t>(N));
+        if (half_out) {
+          const std::vector<uint16_t> h = out.download<uint16_t>();
+          for (int64_t i = 0; i < N; ++i) r[size_t(i)] = qsp::fp16_to_fp32(h[size_t(i)]);
+        } else {
+          const std::vector<float> f = out.download<float>();
+          std::copy(f.begin(), f.begin() + N, r.begin());
+        }
+        return r;
+      };
+      const std::vector<float> one = run(GemvI8Split::kOff);
+      for (GemvI8Split split : {GemvI8Split::kTwo, GemvI8Split::kFour}) {
+        const std::vector<float> a = run(split), b = run(split);
+        INFO(qsp_dtype_name(dt) << " K=" << K << " variant " << v << " split " << static_cast<int>(split));
+        RelL2 err;
+        for (int64_t i = 0; i < N; ++i) err.add(a[size_t(i)], one[size_t(i)]);
+        CHECK(err.value() < (half_out ? 1e-3 : 1e-5));
+        CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+      }
+    }
+  }
+  // Refused: SwiGLU, 3 groups split 2, the activations formed once.
+  {
+    uint64_t s2 = 8790;
+    const DecodeWeights dw(QSP_DTYPE_Q4_0, 768, s2);
+    OpActs x(1, 768, 768, 8795);
+    DevBuf out(size_t(DecodeWeights::kN) * 4), ws(qsp::kern::gemm_i8_stage_bytes(768));
+    GemmArgs g;
+    g.M = 1;
+    g.x = x.ptr();
+    g.ldx = 768;
+    g.ldo = int32_t(DecodeWeights::kN);
+    g.gemv_i8 = qsp::kern::GemvI8::kOn;
+    dw.into(g, true, true);
+    g.out_h = out.as<__half>();
+    g.gemv_i8_split = GemvI8Split::kTwo;
+    CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);  // SwiGLU
+    dw.into(g, false, true);
+    g.out_f = out.as<float>();
+    CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);  // 3 groups
+    g.gemv_i8_split = static_cast<GemvI8Split>(3);
+    CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  }
+  {
+    uint64_t s3 = 8800;
+    const DecodeWeights dw(QSP_DTYPE_Q4_0, 1024, s3);
+    OpActs x(1, 1024, 1024, 8805);
+    DevBuf out(size_t(DecodeWeights::kN) * 4), ws(qsp::kern::gemm_i8_stage_bytes(1024));
+    GemmArgs g;
+    g.M = 1;
+    g.x = x.ptr();
+    g.ldx = 1024;
+    g.ldo = int32_t(DecodeWeights::kN);
+    g.gemv_i8 = qsp::kern::GemvI8::kOn;
+    dw.into(g, false, true);
+    g.out_f = out.as<float>();
+    g.i8_stage = ws.p;
+    g.i8_stage_bytes = ws.bytes;
+    g.gemv_i8_stage = qsp::kern::GemvI8Stage::kOn;
+    g.gemv_i8_split = GemvI8Split::kTwo;
+    CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  }
   CUDA_REQUIRE(cudaGetLastError());
 }
 
