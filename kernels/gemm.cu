@@ -408,7 +408,7 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   a.i8_split = 1;
   {
     const int groups = (a.KC + 3) / 4;
-    auto split_ok = [&](int s) { return a.i8 && !a.i8s && g.ep != Epilogue::kSwiGLU && groups % s == 0; };
+    auto split_ok = [&](int s) { return a.i8 && !a.i8s && groups % s == 0; };
     auto device = [](int* major, int* sms) {
       int dev = 0;
       if (cudaGetDevice(&dev) != cudaSuccess) {
@@ -422,11 +422,17 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     int major = 0, sms = 0;
     switch (g.gemv_i8_split) {
       case GemvI8Split::kAuto: {
+        // "2" / "4": below three blocks per SM; "2all" / "4all": every layer
+        // GEMV (up to 2048 tiles: not an LM head). Negative: the "all" forms.
         static const int env = [] {
           const char* v = std::getenv("QSP_GEMV_I8_SPLIT");
-          return v && std::strcmp(v, "2") == 0 ? 2 : v && std::strcmp(v, "4") == 0 ? 4 : 1;
+          if (!v) return 1;
+          const int s = v[0] == '2' ? 2 : v[0] == '4' ? 4 : 1;
+          return v[1] == 0 ? s : std::strcmp(v + 1, "all") == 0 ? -s : 1;
         }();
-        if (env > 1 && split_ok(env) && device(&major, &sms) && major >= 9 && a.tiles < 3 * sms) a.i8_split = env;
+        const int s = env < 0 ? -env : env;
+        if (s > 1 && split_ok(s) && device(&major, &sms) && major >= 9 && a.tiles < (env < 0 ? 2049 : 3 * sms))
+          a.i8_split = s;
         break;
       }
       case GemvI8Split::kOff: break;

@@ -440,11 +440,12 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32) stage_i8_kernel(const KA
 // the ranks' in rank order (deterministic, no workspace) and stores. More
 // blocks (and warps) in flight for the matrices of few tiles: the 4096-row
 // ones fill two blocks of an SM's three (bench/RESULTS.md, twenty-first
-// session). Not SwiGLU (its gate | up have tiles enough).
+// session); for gate | up (896 tiles: 2.3 waves of three blocks per SM) a
+// shorter last wave.
 template <WFormat F, Epilogue EP, bool kNormIn, bool kPre, int kS = 1>
 __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const KArgs a) {
   static_assert(!(kNormIn && kPre), "the stage kernel forms the norm");
-  static_assert(kS == 1 || (!kPre && EP != Epilogue::kSwiGLU), "the split: plain GEMVs forming their own activations");
+  static_assert(kS == 1 || !kPre, "the split: GEMVs forming their own activations");
   using T = WTraits<F>;
   using I = i8::I8<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
@@ -559,21 +560,30 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // Token 0's row sums of the block (red's rows as reduce_store lays them
     // out), then the cluster's in rank order.
-    __shared__ float part[16];
+    __shared__ float part[NM][16];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) red[warp][0][2 * t + (r & 1)][g + 8 * (r >> 1)] = accs[0][0][r];
+    for (int w = 0; w < NM; ++w)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) red[warp][w][2 * t + (r & 1)][g + 8 * (r >> 1)] = accs[w][0][r];
     __syncthreads();
     if (threadIdx.x < 16) {
-      float s = 0.0f;
-      for (int w = 0; w < kw; ++w) s += red[w][0][0][threadIdx.x];
-      part[threadIdx.x] = s;
+#pragma unroll
+      for (int w = 0; w < NM; ++w) {
+        float s = 0.0f;
+        for (int k = 0; k < kw; ++k) s += red[k][w][0][threadIdx.x];
+        part[w][threadIdx.x] = s;
+      }
     }
     cluster_sync();  // every rank's part written
     const int n = tile * 16 + int(threadIdx.x);
     if (blockIdx.z == 0 && threadIdx.x < 16 && n < a.o.N) {
-      float s = part[threadIdx.x];
-      for (int r = 1; r < kS; ++r) s += *cluster_peer(&part[threadIdx.x], uint32_t(r));
-      gemv::store_one<EP>(a, size_t(n), s, 0.0f);
+      float s[NM];
+#pragma unroll
+      for (int w = 0; w < NM; ++w) {
+        s[w] = part[w][threadIdx.x];
+        for (int r = 1; r < kS; ++r) s[w] += *cluster_peer(&part[w][threadIdx.x], uint32_t(r));
+      }
+      gemv::store_one<EP>(a, size_t(n), s[0], s[NM - 1]);
     }
     cluster_sync();  // the peers' parts stay alive until rank 0 has read them
 #endif
@@ -712,7 +722,7 @@ cudaError_t launch_i8(const KArgs& a, cudaStream_t stream) {
     return launch_pdl(family, gemv_i8_kernel<F, EP, false, true>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
                       0, stream, a);
   }
-  if constexpr (EP != Epilogue::kSwiGLU) {
+  {
     // The split over a cluster (KArgs::i8_split, resolved by gemm(): sm_90,
     // a divisor of the groups).
     auto split = [&](auto kern, int s) {

@@ -148,13 +148,15 @@ enum class GemvI8 : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 // No effect where the integer GEMV does not run. The same bits either way.
 enum class GemvI8Stage : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 // The integer GEMV's K split over a thread-block cluster
-// (GemmArgs::gemv_i8_split; sm_90, not SwiGLU, not with the activations
-// formed once): kTwo / kFour blocks per 16-row tile, each taking an equal
-// range of the 256-column groups, rank 0 adding the blocks' sums in rank
-// order (deterministic; other bits than one block's, within fp32 rounding).
+// (GemmArgs::gemv_i8_split; sm_90, not with the activations formed once):
+// kTwo / kFour blocks per 16-row tile, each taking an equal range of the
+// 256-column groups, rank 0 adding the blocks' sums in rank order
+// (deterministic; other bits than one block's, within fp32 rounding).
 //  kAuto: $QSP_GEMV_I8_SPLIT=2 / 4 (off until measured) for the matrices of
 //         fewer tiles than three blocks per SM (the 8B's O, down and
-//         Q | K | V), where the split divides the groups; else one block.
+//         Q | K | V), =2all / 4all for every one of up to 2048 tiles (gate |
+//         up too; not an LM head), where the split divides the groups; else
+//         one block.
 //  kTwo / kFour: that split (cudaErrorInvalidValue where the shape does not
 //                allow it, cudaErrorNotSupported before sm_90).
 enum class GemvI8Split : int32_t { kAuto = 0, kOff = 1, kTwo = 2, kFour = 4 };

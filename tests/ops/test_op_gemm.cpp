@@ -547,10 +547,10 @@ TEST_CASE("op gemm: the integer GEMV's activations formed once equal each block'
 // two or four blocks (sm_90), rank 0 adding the blocks' sums in rank order.
 // Other bits than one block's (another order of fp32 additions), so: within
 // fp32 rounding of it (fp16 out: within its rounding), and the same bits
-// run to run. Every format; Q | K | V as a row group from x and from the
-// norm of a residual, the residual add and fp16 out; K of 16 and of 4
-// groups. Refused: SwiGLU, a split that does not divide the groups, the
-// activations formed once.
+// run to run. Every format; Q | K | V as a row group and gate | up (SwiGLU)
+// from x and from the norm of a residual, the residual add and fp16 out; K
+// of 16 and of 4 groups. Refused: a split that does not divide the groups,
+// the activations formed once.
 TEST_CASE("op gemm: the integer GEMV split over a cluster equals one block within rounding", "[gpu][gemm][gemv][i8]") {
   QSP_REQUIRE_GPU();
   if (device_major() < 9) {
@@ -577,13 +577,13 @@ TEST_CASE("op gemm: the integer GEMV split over a cluster equals one block withi
     dnw.upload(nw);
     dres.upload(resid);
     OpActs x(1, int(K), int(K), seed++);
-    for (int v : {0, 2, 4, 5}) {  // q|k|v from x, from the norm, += and fp16 out
-      const bool norm = v == 2;
+    for (int v = 0; v < 6; ++v) {  // q|k|v from x, gate|up from x, the same from the norm, += and fp16 out
+      const bool swiglu = v == 1 || v == 3, norm = v == 2 || v == 3;
       GemmArgs g;
       g.M = 1;
       g.gemv_i8 = qsp::kern::GemvI8::kOn;
       g.gemv_i8_stage = qsp::kern::GemvI8Stage::kOff;
-      dw.into(g, false, true);
+      dw.into(g, swiglu, true);
       if (v == 4) g.ep = Epilogue::kAddF32;
       if (v == 5) g.ep = Epilogue::kStoreF16;
       if (norm) {
@@ -596,7 +596,7 @@ TEST_CASE("op gemm: the integer GEMV split over a cluster equals one block withi
         g.ldx = int32_t(K);
       }
       g.ldo = int32_t(N);
-      const bool half_out = v == 5;
+      const bool half_out = swiglu || v == 5;
       auto run = [&](GemvI8Split split) {
         DevBuf out(size_t(N) * 4);
         if (v == 4)
@@ -628,24 +628,21 @@ TEST_CASE("op gemm: the integer GEMV split over a cluster equals one block withi
       }
     }
   }
-  // Refused: SwiGLU, 3 groups split 2, the activations formed once.
+  // Refused: 3 groups split 2, an unknown split, the activations formed once.
   {
     uint64_t s2 = 8790;
     const DecodeWeights dw(QSP_DTYPE_Q4_0, 768, s2);
     OpActs x(1, 768, 768, 8795);
-    DevBuf out(size_t(DecodeWeights::kN) * 4), ws(qsp::kern::gemm_i8_stage_bytes(768));
+    DevBuf out(size_t(DecodeWeights::kN) * 4);
     GemmArgs g;
     g.M = 1;
     g.x = x.ptr();
     g.ldx = 768;
     g.ldo = int32_t(DecodeWeights::kN);
     g.gemv_i8 = qsp::kern::GemvI8::kOn;
-    dw.into(g, true, true);
-    g.out_h = out.as<__half>();
-    g.gemv_i8_split = GemvI8Split::kTwo;
-    CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);  // SwiGLU
     dw.into(g, false, true);
     g.out_f = out.as<float>();
+    g.gemv_i8_split = GemvI8Split::kTwo;
     CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);  // 3 groups
     g.gemv_i8_split = static_cast<GemvI8Split>(3);
     CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
