@@ -179,6 +179,59 @@ void point_out(GemmArgs& g, DevBuf& out, bool half) {
   else
     g.out_f = out.as<float>();
 }
+
+// The decode step's six uses of the integer GEMV on DecodeWeights of K
+// columns, v = 0..5: Q | K | V (a row group, fp32 out) and gate | up
+// (SwiGLU) from x, the same two from the RMSNorm of a residual, the
+// residual add and fp16 out, from x.
+struct DecodeUses {
+  static constexpr int kUses = 6;
+  int64_t K;
+  DecodeWeights dw;
+  std::vector<float> nw, resid, init;
+  DevBuf dnw, dres;
+  OpActs x;
+  DecodeUses(int32_t dt, int64_t k, uint64_t& seed)
+      : K(k), dw(dt, k, seed), nw(size_t(k)), resid(size_t(k)), init(size_t(DecodeWeights::kN)),
+        dnw(size_t(k) * 4), dres(size_t(k) * 4), x(1, int(k), int(k), seed + 1) {
+    Rng rng(seed);
+    seed += 2;
+    for (float& v : nw) v = 1.0f + 0.3f * rng.normal();
+    for (float& v : resid) v = 3.0f * rng.normal();
+    for (float& v : init) v = rng.normal();
+    dnw.upload(nw);
+    dres.upload(resid);
+  }
+  static bool half_out(int v) { return v == 1 || v == 3 || v == 5; }
+  // Use v's arguments on the integer GEMV, the output not yet pointed at.
+  GemmArgs args(int v) const {
+    const bool swiglu = v == 1 || v == 3, norm = v == 2 || v == 3;
+    GemmArgs g;
+    g.M = 1;
+    g.gemv_i8 = qsp::kern::GemvI8::kOn;
+    dw.into(g, swiglu, true);
+    if (v == 4) g.ep = Epilogue::kAddF32;
+    if (v == 5) g.ep = Epilogue::kStoreF16;
+    if (norm) {
+      g.norm_in_x = dres.as<float>();
+      g.norm_in_ldx = int32_t(K);
+      g.norm_in_w = dnw.as<float>();
+      g.norm_in_eps = 1e-6f;
+    } else {
+      g.x = x.ptr();
+      g.ldx = int32_t(K);
+    }
+    g.ldo = int32_t(DecodeWeights::kN);
+    return g;
+  }
+  // out ready for use v: the residual add's starting values, else poison.
+  void prime(DevBuf& out, int v) const {
+    if (v == 4)
+      out.upload(init);
+    else
+      out.poison();
+  }
+};
 }  // namespace
 
 // GemmArgs::norm_in_*: the GEMV forms its input's RMSNorm in its prologue
@@ -473,51 +526,21 @@ TEST_CASE("op gemm: the integer GEMV's activations formed once equal each block'
   cases.emplace_back(QSP_DTYPE_Q2_K, 256);
   for (const auto& [dt, K] : cases) {
     const int64_t N = DecodeWeights::kN;
-    const DecodeWeights dw(dt, K, seed);
-    Rng rng(seed++);
-    std::vector<float> nw(static_cast<size_t>(K)), resid(static_cast<size_t>(K)), init(static_cast<size_t>(N));
-    for (float& v : nw) v = 1.0f + 0.3f * rng.normal();
-    for (float& v : resid) v = 3.0f * rng.normal();
-    for (float& v : init) v = rng.normal();
-    DevBuf dnw(nw.size() * 4), dres(resid.size() * 4), ws(qsp::kern::gemm_i8_stage_bytes(K));
-    dnw.upload(nw);
-    dres.upload(resid);
+    const DecodeUses uses(dt, K, seed);
+    DevBuf ws(qsp::kern::gemm_i8_stage_bytes(K));
     ws.poison();
-    OpActs x(1, int(K), int(K), seed++);
-    for (int v = 0; v < 6; ++v) {  // q|k|v from x, gate|up from x, the same from the norm, += and fp16 out
-      const bool swiglu = v == 1 || v == 3, norm = v == 2 || v == 3;
-      GemmArgs g;
-      g.M = 1;
-      g.gemv_i8 = qsp::kern::GemvI8::kOn;
+    for (int v = 0; v < DecodeUses::kUses; ++v) {
+      GemmArgs g = uses.args(v);
       g.i8_stage = ws.p;
       g.i8_stage_bytes = ws.bytes;
-      dw.into(g, swiglu, true);
-      if (v == 4) g.ep = Epilogue::kAddF32;
-      if (v == 5) g.ep = Epilogue::kStoreF16;
-      if (norm) {
-        g.norm_in_x = dres.as<float>();
-        g.norm_in_ldx = int32_t(K);
-        g.norm_in_w = dnw.as<float>();
-        g.norm_in_eps = 1e-6f;
-      } else {
-        g.x = x.ptr();
-        g.ldx = int32_t(K);
-      }
-      g.ldo = int32_t(N);
       DevBuf o1(size_t(N) * 4), o2(size_t(N) * 4);
-      const bool half_out = swiglu || v == 5;
+      const bool half_out = DecodeUses::half_out(v);
       auto run_into = [&](DevBuf& out, qsp::kern::GemvI8Stage mode) {
+        uses.prime(out, v);
         point_out(g, out, half_out);
         g.gemv_i8_stage = mode;
         CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
       };
-      if (v == 4) {  // the residual add: both start from the same values
-        o1.upload(init);
-        o2.upload(init);
-      } else {
-        o1.poison();
-        o2.poison();
-      }
       run_into(o1, qsp::kern::GemvI8Stage::kOff);
       run_into(o2, qsp::kern::GemvI8Stage::kOn);
       CUDA_REQUIRE(cudaDeviceSynchronize());
@@ -567,42 +590,14 @@ TEST_CASE("op gemm: the integer GEMV split over a cluster equals one block withi
   using qsp::kern::GemvI8Split;
   for (const auto& [dt, K] : cases) {
     const int64_t N = DecodeWeights::kN;
-    const DecodeWeights dw(dt, K, seed);
-    Rng rng(seed++);
-    std::vector<float> nw(static_cast<size_t>(K)), resid(static_cast<size_t>(K)), init(static_cast<size_t>(N));
-    for (float& v : nw) v = 1.0f + 0.3f * rng.normal();
-    for (float& v : resid) v = 3.0f * rng.normal();
-    for (float& v : init) v = rng.normal();
-    DevBuf dnw(nw.size() * 4), dres(resid.size() * 4);
-    dnw.upload(nw);
-    dres.upload(resid);
-    OpActs x(1, int(K), int(K), seed++);
-    for (int v = 0; v < 6; ++v) {  // q|k|v from x, gate|up from x, the same from the norm, += and fp16 out
-      const bool swiglu = v == 1 || v == 3, norm = v == 2 || v == 3;
-      GemmArgs g;
-      g.M = 1;
-      g.gemv_i8 = qsp::kern::GemvI8::kOn;
+    const DecodeUses uses(dt, K, seed);
+    for (int v = 0; v < DecodeUses::kUses; ++v) {
+      GemmArgs g = uses.args(v);
       g.gemv_i8_stage = qsp::kern::GemvI8Stage::kOff;
-      dw.into(g, swiglu, true);
-      if (v == 4) g.ep = Epilogue::kAddF32;
-      if (v == 5) g.ep = Epilogue::kStoreF16;
-      if (norm) {
-        g.norm_in_x = dres.as<float>();
-        g.norm_in_ldx = int32_t(K);
-        g.norm_in_w = dnw.as<float>();
-        g.norm_in_eps = 1e-6f;
-      } else {
-        g.x = x.ptr();
-        g.ldx = int32_t(K);
-      }
-      g.ldo = int32_t(N);
-      const bool half_out = swiglu || v == 5;
+      const bool half_out = DecodeUses::half_out(v);
       auto run = [&](GemvI8Split split) {
         DevBuf out(size_t(N) * 4);
-        if (v == 4)
-          out.upload(init);
-        else
-          out.poison();
+        uses.prime(out, v);
         point_out(g, out, half_out);
         g.gemv_i8_split = split;
         CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
@@ -629,41 +624,21 @@ TEST_CASE("op gemm: the integer GEMV split over a cluster equals one block withi
     }
   }
   // Refused: 3 groups split 2, an unknown split, the activations formed once.
-  {
-    uint64_t s2 = 8790;
-    const DecodeWeights dw(QSP_DTYPE_Q4_0, 768, s2);
-    OpActs x(1, 768, 768, 8795);
-    DevBuf out(size_t(DecodeWeights::kN) * 4);
-    GemmArgs g;
-    g.M = 1;
-    g.x = x.ptr();
-    g.ldx = 768;
-    g.ldo = int32_t(DecodeWeights::kN);
-    g.gemv_i8 = qsp::kern::GemvI8::kOn;
-    dw.into(g, false, true);
+  for (int64_t K : {768, 1024}) {
+    uint64_t s2 = 8790 + uint64_t(K);
+    const DecodeUses uses(QSP_DTYPE_Q4_0, K, s2);
+    DevBuf out(size_t(DecodeWeights::kN) * 4), ws(qsp::kern::gemm_i8_stage_bytes(K));
+    GemmArgs g = uses.args(0);
     g.out_f = out.as<float>();
     g.gemv_i8_split = GemvI8Split::kTwo;
-    CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);  // 3 groups
-    g.gemv_i8_split = static_cast<GemvI8Split>(3);
-    CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
-  }
-  {
-    uint64_t s3 = 8800;
-    const DecodeWeights dw(QSP_DTYPE_Q4_0, 1024, s3);
-    OpActs x(1, 1024, 1024, 8805);
-    DevBuf out(size_t(DecodeWeights::kN) * 4), ws(qsp::kern::gemm_i8_stage_bytes(1024));
-    GemmArgs g;
-    g.M = 1;
-    g.x = x.ptr();
-    g.ldx = 1024;
-    g.ldo = int32_t(DecodeWeights::kN);
-    g.gemv_i8 = qsp::kern::GemvI8::kOn;
-    dw.into(g, false, true);
-    g.out_f = out.as<float>();
-    g.i8_stage = ws.p;
-    g.i8_stage_bytes = ws.bytes;
-    g.gemv_i8_stage = qsp::kern::GemvI8Stage::kOn;
-    g.gemv_i8_split = GemvI8Split::kTwo;
+    if (K == 768) {
+      CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);  // 3 groups
+      g.gemv_i8_split = static_cast<GemvI8Split>(3);
+    } else {
+      g.i8_stage = ws.p;
+      g.i8_stage_bytes = ws.bytes;
+      g.gemv_i8_stage = qsp::kern::GemvI8Stage::kOn;
+    }
     CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
   }
   CUDA_REQUIRE(cudaGetLastError());
