@@ -262,8 +262,6 @@ __device__ __forceinline__ void chunk_mma(float (&acc)[NM][MT][4], const typenam
   }
 }
 
-// The warps' partial sums of tile `tile` through shared memory (red:
-// [kMaxWarps][NM][MT * 8][kRedLd] floats), then the epilogue of each output.
 // Output element i of the epilogue EP from its sums (s1: up's, kSwiGLU).
 template <Epilogue EP>
 __device__ __forceinline__ void store_one(const KArgs& a, size_t i, float s0, float s1) {
@@ -273,6 +271,8 @@ __device__ __forceinline__ void store_one(const KArgs& a, size_t i, float s0, fl
   if (EP == Epilogue::kAddF32) a.o.out_f[i] += s0;
 }
 
+// The warps' partial sums of tile `tile` through shared memory (red:
+// [kMaxWarps][NM][MT * 8][kRedLd] floats), then the epilogue of each output.
 // Called by every thread of the block.
 template <Epilogue EP, int NM, int MT>
 __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], const float (&acc)[NM][MT][4],
