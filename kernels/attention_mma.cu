@@ -569,9 +569,9 @@ cudaError_t run_d(const AttnArgs& a, const Plan& pl, cudaStream_t stream) {
   p.tiles = a.tiles;
   p.layer = a.layer;
   p.n_kv_heads = a.n_kv_heads;
-  static const bool prefetch_env = [] {
+  static const bool prefetch_env = [] {  // on unless $QSP_ATTN_PREFETCH=0
     const char* v = std::getenv("QSP_ATTN_PREFETCH");
-    return v && std::strcmp(v, "1") == 0;
+    return !(v && std::strcmp(v, "0") == 0);
   }();
   p.prefetch = a.prefetch == AttnPrefetch::kOn || (a.prefetch == AttnPrefetch::kAuto && prefetch_env);
 

@@ -106,11 +106,14 @@ bool env_default_on(const char* name) { return !std::getenv(name) || env_on(name
 //                  code (H100, twenty-first session, three alternating rounds): the 0.6B
 //                  step -1.4% (0.674 -> 0.664 ms), the 8B's equal, the 8B with 2048
 //                  cached -1.6% (2.634 -> 2.586)
-enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8, kGemvI8Stage };
+//  - kGemvI8Ring   $QSP_GEMV_I8_RING (off unless set; not yet measured): the integer GEMV's
+//                  weights through a ring of chunks in shared memory (GemvI8Ring::kAuto)
+enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8, kGemvI8Stage, kGemvI8Ring };
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
-                            env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE")};
+                            env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
+                            env_on("QSP_GEMV_I8_RING")};
   return on[int(s)];
 }
 
@@ -405,47 +408,11 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
       break;
     default: return cudaErrorInvalidValue;
   }
-  a.i8_split = 1;
-  {
-    const int groups = (a.KC + 3) / 4;
-    auto split_ok = [&](int s) { return a.i8 && !a.i8s && groups % s == 0; };
-    auto device = [](int* major, int* sms) {
-      int dev = 0;
-      if (cudaGetDevice(&dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return false;
-      }
-      *major = cc_major(dev);
-      *sms = sm_count(dev);
-      return true;
-    };
-    int major = 0, sms = 0;
-    switch (g.gemv_i8_split) {
-      case GemvI8Split::kAuto: {
-        // "2" / "4": below three blocks per SM; "2all" / "4all": every layer
-        // GEMV (up to 2048 tiles: not an LM head). Negative: the "all" forms.
-        static const int env = [] {
-          const char* v = std::getenv("QSP_GEMV_I8_SPLIT");
-          if (!v) return 1;
-          const int s = v[0] == '2' ? 2 : v[0] == '4' ? 4 : 1;
-          return v[1] == 0 ? s : std::strcmp(v + 1, "all") == 0 ? -s : 1;
-        }();
-        const int s = env < 0 ? -env : env;
-        if (s > 1 && split_ok(s) && device(&major, &sms) && major >= 9 && a.tiles < (env < 0 ? 2049 : 3 * sms))
-          a.i8_split = s;
-        break;
-      }
-      case GemvI8Split::kOff: break;
-      case GemvI8Split::kTwo:
-      case GemvI8Split::kFour: {
-        const int s = int(g.gemv_i8_split);
-        if (!split_ok(s)) return cudaErrorInvalidValue;
-        if (!device(&major, &sms) || major < 9) return cudaErrorNotSupported;
-        a.i8_split = s;
-        break;
-      }
-      default: return cudaErrorInvalidValue;
-    }
+  switch (g.gemv_i8_ring) {
+    case GemvI8Ring::kAuto: a.i8_ring = a.i8 && !a.i8s && switch_on(Switch::kGemvI8Ring); break;
+    case GemvI8Ring::kOff: a.i8_ring = 0; break;
+    case GemvI8Ring::kOn: a.i8_ring = a.i8 && !a.i8s; break;
+    default: return cudaErrorInvalidValue;
   }
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;

@@ -14,7 +14,7 @@
 // kernels are a few microseconds each. The rule each of them keeps:
 //   - before pdl_wait(): read only memory no kernel of the forward pass
 //     writes (weights, the model's constants), write nothing; one
-//     exception, opt-in (AttnArgs::prefetch): the attention copies the
+//     exception (AttnArgs::prefetch, on by default): the attention copies the
 //     cache rows of keys below past, which the kernel before it (qk_rope,
 //     writing keys past..) does not touch and every earlier one has
 //     finished with (the next rule);

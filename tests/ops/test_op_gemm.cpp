@@ -566,28 +566,14 @@ TEST_CASE("op gemm: the integer GEMV's activations formed once equal each block'
   CUDA_REQUIRE(cudaGetLastError());
 }
 
-// GemmArgs::gemv_i8_split: the integer GEMV's K split over a cluster of
-// two or four blocks (sm_90), rank 0 adding the blocks' sums in rank order.
-// Other bits than one block's (another order of fp32 additions), so: within
-// fp32 rounding of it (fp16 out: within its rounding), and the same bits
-// run to run. Every format; Q | K | V as a row group and gate | up (SwiGLU)
-// from x and from the norm of a residual, the residual add and fp16 out; K
-// of 16 and of 4 groups. Refused: a split that does not divide the groups,
-// the activations formed once.
-TEST_CASE("op gemm: the integer GEMV split over a cluster equals one block within rounding", "[gpu][gemm][gemv][i8]") {
-  QSP_REQUIRE_GPU();
-  if (device_major() < 9) {
-    std::printf("SKIPPED: the integer GEMV's cluster split needs sm_90 (this device: sm_%d)\n", device_major() * 10);
-    return;
-  }
-  uint64_t seed = 8700;
-  std::vector<std::pair<int32_t, int64_t>> cases;  // dtype, K
-  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K,
-                     QSP_DTYPE_Q8_0, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1})
-    cases.emplace_back(dt, 4096);
-  cases.emplace_back(QSP_DTYPE_Q4_0, 1024);
-  cases.emplace_back(QSP_DTYPE_Q6_K, 1024);
-  using qsp::kern::GemvI8Split;
+namespace {
+// GemmArgs::gemv_i8_ring: the integer GEMV's weights through each warp's
+// ring of chunks in shared memory must give the bits of its register loads
+// (GemvI8Ring::kOn against kOff, the activations formed by each block):
+// the six decode uses of DecodeUses for each (dtype, K), two runs of the
+// ring each (the same bits run to run).
+void ring_bits(const std::vector<std::pair<int32_t, int64_t>>& cases, uint64_t seed) {
+  using qsp::kern::GemvI8Ring;
   for (const auto& [dt, K] : cases) {
     const int64_t N = DecodeWeights::kN;
     const DecodeUses uses(dt, K, seed);
@@ -595,57 +581,53 @@ TEST_CASE("op gemm: the integer GEMV split over a cluster equals one block withi
       GemmArgs g = uses.args(v);
       g.gemv_i8_stage = qsp::kern::GemvI8Stage::kOff;
       const bool half_out = DecodeUses::half_out(v);
-      auto run = [&](GemvI8Split split) {
+      auto run = [&](GemvI8Ring mode) {
         DevBuf out(size_t(N) * 4);
         uses.prime(out, v);
         point_out(g, out, half_out);
-        g.gemv_i8_split = split;
+        g.gemv_i8_ring = mode;
         CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
         CUDA_REQUIRE(cudaDeviceSynchronize());
-        std::vector<float> r(static_cast<size_t>(N));
-        if (half_out) {
-          const std::vector<uint16_t> h = out.download<uint16_t>();
-          for (int64_t i = 0; i < N; ++i) r[size_t(i)] = qsp::fp16_to_fp32(h[size_t(i)]);
-        } else {
-          const std::vector<float> f = out.download<float>();
-          std::copy(f.begin(), f.begin() + N, r.begin());
-        }
-        return r;
+        std::vector<uint8_t> b = out.download<uint8_t>();
+        b.resize(size_t(N) * (half_out ? 2 : 4));
+        return b;
       };
-      const std::vector<float> one = run(GemvI8Split::kOff);
-      for (GemvI8Split split : {GemvI8Split::kTwo, GemvI8Split::kFour}) {
-        const std::vector<float> a = run(split), b = run(split);
-        INFO(qsp_dtype_name(dt) << " K=" << K << " variant " << v << " split " << static_cast<int>(split));
-        RelL2 err;
-        for (int64_t i = 0; i < N; ++i) err.add(a[size_t(i)], one[size_t(i)]);
-        CHECK(err.value() < (half_out ? 1e-3 : 1e-5));
-        CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+      const std::vector<uint8_t> regs = run(GemvI8Ring::kOff), ring = run(GemvI8Ring::kOn), again = run(GemvI8Ring::kOn);
+      size_t diff = 0, diff2 = 0;
+      for (size_t i = 0; i < regs.size(); ++i) {
+        diff += regs[i] != ring[i];
+        diff2 += ring[i] != again[i];
       }
+      INFO(qsp_dtype_name(dt) << " K=" << K << " variant " << v);
+      CHECK(diff == 0);
+      CHECK(diff2 == 0);
     }
-  }
-  // Refused: 3 groups split 2, an unknown split, the activations formed once.
-  for (int64_t K : {768, 1024}) {
-    uint64_t s2 = 8790 + uint64_t(K);
-    const DecodeUses uses(QSP_DTYPE_Q4_0, K, s2);
-    DevBuf out(size_t(DecodeWeights::kN) * 4), ws(qsp::kern::gemm_i8_stage_bytes(K));
-    GemmArgs g = uses.args(0);
-    g.out_f = out.as<float>();
-    g.gemv_i8_split = GemvI8Split::kTwo;
-    if (K == 768) {
-      CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);  // 3 groups
-      g.gemv_i8_split = static_cast<GemvI8Split>(3);
-    } else {
-      g.i8_stage = ws.p;
-      g.i8_stage_bytes = ws.bytes;
-      g.gemv_i8_stage = qsp::kern::GemvI8Stage::kOn;
-    }
-    CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
   }
   CUDA_REQUIRE(cudaGetLastError());
+}
+}  // namespace
+
+// Every format, K of the 8B (4096, 12288: the ring wraps many times) and of
+// partial last groups.
+TEST_CASE("op gemm: the integer GEMV's weight ring gives the bits of its register loads", "[gpu][gemm][gemv][i8]") {
+  QSP_REQUIRE_GPU();
+  std::vector<std::pair<int32_t, int64_t>> cases;  // dtype, K
+  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q4_K, QSP_DTYPE_Q2_K, QSP_DTYPE_Q3_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K,
+                     QSP_DTYPE_Q8_0, QSP_DTYPE_Q5_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_1})
+    cases.emplace_back(dt, 4096);
+  cases.emplace_back(QSP_DTYPE_Q4_0, 12288);
+  cases.emplace_back(QSP_DTYPE_Q6_K, 12288);
+  cases.emplace_back(QSP_DTYPE_Q4_0, 1056);  // a last group of one and a half chunks
+  cases.emplace_back(QSP_DTYPE_Q8_0, 4160);  // a last group of one chunk
+  cases.emplace_back(QSP_DTYPE_Q2_K, 256);   // one group: one warp
+  ring_bits(cases, 8900);
 }
 
 TEST_CASE("op gemm: the integer GEMV on small shapes", "[gpu][gemm][gemv][i8][sanitize]") {
   QSP_REQUIRE_GPU();
+  ring_bits({{QSP_DTYPE_Q4_0, 320}, {QSP_DTYPE_Q4_0, 96}, {QSP_DTYPE_Q4_K, 512}, {QSP_DTYPE_Q2_K, 256},
+             {QSP_DTYPE_Q6_K, 512}, {QSP_DTYPE_Q8_0, 96}, {QSP_DTYPE_Q5_0, 320}},
+            8350);
   gemv_i8_cases({{QSP_DTYPE_Q4_0, 40, 96},
                  {QSP_DTYPE_Q4_0, 33, 320},
                  {QSP_DTYPE_Q4_K, 40, 512},
