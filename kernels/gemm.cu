@@ -106,14 +106,11 @@ bool env_default_on(const char* name) { return !std::getenv(name) || env_on(name
 //                  code (H100, twenty-first session, three alternating rounds): the 0.6B
 //                  step -1.4% (0.674 -> 0.664 ms), the 8B's equal, the 8B with 2048
 //                  cached -1.6% (2.634 -> 2.586)
-//  - kGemvI8Ring   $QSP_GEMV_I8_RING (off unless set; not yet measured): the integer GEMV's
-//                  weights through a ring of chunks in shared memory (GemvI8Ring::kAuto)
-enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8, kGemvI8Stage, kGemvI8Ring };
+enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8, kGemvI8Stage };
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
-                            env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
-                            env_on("QSP_GEMV_I8_RING")};
+                            env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE")};
   return on[int(s)];
 }
 
@@ -406,12 +403,6 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
       if (!ws_ok) return cudaErrorInvalidValue;
       a.i8s = a.i8 ? static_cast<uint32_t*>(g.i8_stage) : nullptr;
       break;
-    default: return cudaErrorInvalidValue;
-  }
-  switch (g.gemv_i8_ring) {
-    case GemvI8Ring::kAuto: a.i8_ring = a.i8 && !a.i8s && switch_on(Switch::kGemvI8Ring); break;
-    case GemvI8Ring::kOff: a.i8_ring = 0; break;
-    case GemvI8Ring::kOn: a.i8_ring = a.i8 && !a.i8s; break;
     default: return cudaErrorInvalidValue;
   }
   a.o.out_h = g.out_h;

@@ -380,38 +380,6 @@ __device__ __forceinline__ void mma_i8(int32_t (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The integer GEMV's weight ring (KArgs::i8_ring): each warp keeps its
-// next chunks' weights in flight in shared memory while it computes the
-// current one, instead of issuing a round of U chunks into registers and
-// waiting for all of them before any math (bench/RESULTS.md, twenty-first
-// session, item 7: a warp had weights in flight about half the time). A slot
-// holds one chunk of one 16-row tile (both matrices for SwiGLU) as a
-// one-tile stage of the mma.sync GEMM (the format's lds_raw reads it back:
-// kUnit bytes of codes, then kScaleUnit of side data), copied by cp.async
-// 16 bytes a lane. Depth: ~4.5 KB a warp (36 KB a block of 8 warps, three
-// blocks an SM), 2 to 8 chunks: Q4_0 7, its gate | up 3, Q8_0 4.
-template <WFormat F, bool kDual>
-struct Ring {
-  using T = WTraits<F>;
-  static constexpr int kUnitBytes = T::kUnit + T::kScaleUnit;
-  static constexpr int kStageBytes = (kDual ? 2 : 1) * kUnitBytes;
-  static constexpr int kFit = 4608 / kStageBytes;
-  static constexpr int kDepth = kFit < 2 ? 2 : kFit > 8 ? 8 : kFit;
-  static constexpr int kWarpBytes = kDepth * kStageBytes;
-  static_assert(T::kUnit % 16 == 0 && T::kScaleUnit % 16 == 0, "16-byte copies");
-};
-
-// The warp's copies of one unit (codes at q, side data at s) into the
-// one-tile stage at dst.
-template <class T>
-__device__ __forceinline__ void copy_unit(uint32_t dst, const uint8_t* q, const uint8_t* s, int lane) {
-#pragma unroll
-  for (int i = lane; i < T::kUnit / 16; i += 32) cp_async16(dst + 16u * uint32_t(i), q + 16 * i, true);
-#pragma unroll
-  for (int i = lane; i < T::kScaleUnit / 16; i += 32)
-    cp_async16(dst + uint32_t(T::kUnit) + 16u * uint32_t(i), s + 16 * i, true);
-}
-
 // GemmArgs::i8_stage: group j's staged words (i8::kStagedWords: the
 // warp's words, then sx) from the stage kernel's output into this warp's
 // words `st`; returns sx. Coherent loads: the previous kernel's output.
@@ -462,16 +430,18 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32) stage_i8_kernel(const KA
 // Measured slower (H100, seventeenth session): all of a warp's groups
 // staged up front with the next round's weights in flight during the
 // current one's compute (double-buffered raw words: 2 blocks per SM
-// instead of 3; 8B decode step +7-16%).
+// instead of 3; 8B decode step +7-16%). So was a ring of chunks in shared
+// memory per warp, the next 2-8 chunks in flight by cp.async during the
+// current one's math (commit 8345a71; H100, twenty-second session: the 8B
+// decode step +12%, Q2_K +24%, 12288 x 4096 Q4_0 2069 -> 1549 GB/s): the
+// copies, waits, warp barriers and the shared-memory round trip per chunk
+// cost more than the latency they hid; more bytes in flight alone is not
+// what this kernel lacks (bench/RESULTS.md).
 // kPre: the activations come formed by stage_i8_kernel (a.i8s), the norm
 // too: never with kNormIn.
-// kRing: the weights through the warp's ring in shared memory (gemv::Ring;
-// dynamic shared memory of kw * Ring::kWarpBytes): the same math in the
-// same order, the same bits.
-template <WFormat F, Epilogue EP, bool kNormIn, bool kPre, bool kRing = false>
+template <WFormat F, Epilogue EP, bool kNormIn, bool kPre>
 __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const KArgs a) {
   static_assert(!(kNormIn && kPre), "the stage kernel forms the norm");
-  static_assert(!(kRing && kPre), "the ring: GEMVs forming their own activations");
   using T = WTraits<F>;
   using I = i8::I8<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
@@ -493,91 +463,6 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const 
   float nscale = 0.0f;
   bool first = true;
   const int groups = (a.KC + 3) / 4;
-  if constexpr (kRing) {
-    using R = gemv::Ring<F, kDual>;
-    extern __shared__ __align__(16) uint8_t ring_smem[];
-    const uint32_t ring = smem_u32(ring_smem) + uint32_t(warp) * uint32_t(R::kWarpBytes);
-    // Chunk n of the warp's stream is chunk n % 4 of group warp + (n / 4) kw;
-    // its copies go to slot n % kDepth as one commit group (empty past the
-    // warp's last chunk), so cp_async_wait's count is the chunks issued after.
-    const int n_end = 4 * ((groups - warp + kw - 1) / kw);
-    auto issue = [&](int n, int slot) {
-      const int c = 4 * (warp + (n >> 2) * kw) + (n & 3);
-      if (n < n_end && c < a.KC) {
-#pragma unroll
-        for (int w = 0; w < NM; ++w) {
-          const uint8_t* base = w == 0 ? loc.base : a.w[1];
-          const size_t soff = w == 0 ? size_t(loc.soff) : a.scale_off;
-          const size_t unit = size_t(w == 0 ? loc.tile : tile) * size_t(a.KC) + size_t(c);
-          gemv::copy_unit<T>(ring + uint32_t(slot * R::kStageBytes + w * R::kUnitBytes), base + unit * T::kUnit,
-                             base + soff + unit * T::kScaleUnit, lane);
-        }
-      }
-      cp_async_commit();
-    };
-#pragma unroll
-    for (int n = 0; n < R::kDepth - 1; ++n) issue(n, n);
-    int n = 0, rs = 0;  // the chunk read next, its slot
-    for (int j = warp; j < groups; j += kw) {
-      typename I::Acc acc[NM] = {};
-      float sx = 0.0f;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        if (4 * j + q >= a.KC) break;  // warp-uniform: the partial last group, the warp's last
-        // Chunk n + kDepth - 1 into the slot chunk n - 1 came from (its
-        // reads done by every lane: the __syncwarp after them).
-        issue(n + R::kDepth - 1, rs == 0 ? R::kDepth - 1 : rs - 1);
-        if (q == 0) {
-          if (first) {  // as below: the activations are the previous kernel's output
-            pdl_wait();
-            pdl_launch_dependents();
-            if constexpr (kNormIn) nscale = gemv::norm_scale(a, 0);
-            first = false;
-          }
-          __syncwarp();  // the previous group's words are read
-          sx = gemv::stage_i8<I, kNormIn>(a, j, nscale, sl, st);
-          __syncwarp();
-        }
-        cp_async_wait<R::kDepth - 1>();
-        __syncwarp();  // every lane's copies of chunk n have landed
-        typename T::Raw raw[NM];
-        const uint32_t sb = ring + uint32_t(rs * R::kStageBytes);
-#pragma unroll
-        for (int w = 0; w < NM; ++w) {
-          T::lds_raw(raw[w], sb + uint32_t(w * R::kUnitBytes), 1, 0, lane, 0);
-          T::lds_raw(raw[w], sb + uint32_t(w * R::kUnitBytes), 1, 0, lane, 1);
-        }
-        __syncwarp();  // read: the slot may take chunk n + kDepth
-        uint32_t xw[I::kWords];
-        if constexpr (I::kWords == 4)
-          lds128(xw[0], xw[1], xw[2], xw[3], xw_at + 4u * uint32_t(q * i8::kChunkWords));
-        else if constexpr (I::kWords == 2)
-          lds64(xw[0], xw[1], xw_at + 4u * uint32_t(q * i8::kChunkWords));
-        else
-          lds32(xw[0], xw_at + 4u * uint32_t(q * i8::kChunkWords));
-        uint32_t s2[2];
-        lds64(s2[0], s2[1], s_at + 16u * uint32_t(q));
-        int32_t S[2];
-        I::lane_sums(s2[0], s2[1], t, S);
-#pragma unroll
-        for (int w = 0; w < NM; ++w) {
-          uint32_t A[I::kMmas][4], B[I::kMmas][2];
-          int32_t D[I::kChains][4];
-          I::prep(raw[w], xw, S, L, A, B, D);
-#pragma unroll
-          for (int m = 0; m < I::kMmas; ++m) gemv::mma_i8<I::kSignedA>(D[I::chain_of(m)], A[m], B[m][0], B[m][1]);
-          I::combine(raw[w], D, S, L, acc[w]);
-        }
-        if (q == 3 || 4 * j + q + 1 >= a.KC) {  // the group's last chunk: its d / dmin are in raw
-#pragma unroll
-          for (int w = 0; w < NM; ++w) I::flush(raw[w], L, sx, acc[w], out[w]);
-        }
-        ++n;
-        rs = rs + 1 == R::kDepth ? 0 : rs + 1;
-      }
-    }
-    cp_async_wait<0>();  // only empty groups can be left
-  } else
   for (int j = warp; j < groups; j += kw) {
     typename I::Acc acc[NM] = {};
     float sx = 0.0f;
@@ -794,17 +679,6 @@ cudaError_t launch_i8(const KArgs& a, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
     return launch_pdl(family, gemv_i8_kernel<F, EP, false, true>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
                       0, stream, a);
-  }
-  if (a.i8_ring) {
-    using R = gemv::Ring<F, EP == Epilogue::kSwiGLU>;
-    const auto kern = gemv_i8_kernel<F, EP, kNormIn, false, true>;
-    static PerDevice once;  // the limit for the largest block (8 warps), once per device
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = set_smem_once(once, dev, kern, gemv::kMaxWarps * R::kWarpBytes);
-    if (e != cudaSuccess) return e;
-    return launch_pdl(family, kern, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)), size_t(kw) * R::kWarpBytes,
-                      stream, a);
   }
   return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn, false>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
                     0, stream, a);

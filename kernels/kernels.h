@@ -147,14 +147,6 @@ enum class GemvI8 : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 //  kOff: every block forms them itself (each warp its 256-column groups).
 // No effect where the integer GEMV does not run. The same bits either way.
 enum class GemvI8Stage : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
-// How the integer GEMV's warps bring in their weights (GemmArgs::gemv_i8_ring):
-//  kOn: through a ring of chunks in shared memory, the next ones in flight
-//       (cp.async) while the current one is computed.
-//  kOff: a round of chunks into registers, then their math.
-//  kAuto: kOn where $QSP_GEMV_I8_RING=1 (off until measured), else kOff.
-// Not with the activations formed once (GemvI8Stage: there kOff). The same
-// bits either way.
-enum class GemvI8Ring : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
@@ -203,8 +195,6 @@ struct GemmArgs {
   void* i8_stage = nullptr;
   size_t i8_stage_bytes = 0;
   GemvI8Stage gemv_i8_stage = GemvI8Stage::kAuto;
-  // Tests and benchmarks: how the integer GEMV brings in its weights (GemvI8Ring).
-  GemvI8Ring gemv_i8_ring = GemvI8Ring::kAuto;
   // Optional, the GEMV only (gemm_norm_in_ok(M, K)):
   // the input is not x (ignored, may be null) but the RMSNorm of the fp32
   // rows norm_in_x ([M][K], row stride norm_in_ldx), half(norm_in_x[m][i] *
