@@ -301,12 +301,12 @@ int run(int argc, char** argv) {
           const double p = w / 8;  // producer threads (two consumer warpgroups a block)
           // (full-wait: per chunk after the first; first-wait: per warp, the prologue's)
           std::printf("probe %lldx%lld M=%d: %.0f blocks/launches, %.1f chunks/warp | per chunk: full-wait %.0f, "
-                      "decode %.0f, mma-wait %.0f, loop %.0f | per warp: first-wait %.0f, loop %.0f, epilogue %.0f, "
-                      "block %.0f | producer: empty-wait %.0f, total %.0f\n",
+                      "decode %.0f, mma-wait %.0f, loop %.0f | per warp: first-wait %.0f, loop %.0f, epilogue %.0f "
+                      "(sync %.0f, reduce+store %.0f, split %.1f), block %.0f | producer: empty-wait %.0f, total %.0f\n",
                       (long long)N, (long long)K, M, p, c / w, pr[kProbeFull] / std::max(1.0, c - w),
                       pr[kProbeDecode] / c, pr[kProbeMma] / c, pr[kProbeLoop] / c, pr[kProbeFirst] / w,
-                      pr[kProbeLoop] / w, pr[kProbeEpi] / w, pr[kProbeBlock] / w, pr[kProbeEmpty] / p,
-                      pr[kProbeProducer] / p);
+                      pr[kProbeLoop] / w, pr[kProbeEpi] / w, pr[kProbeEpiSync] / w, pr[kProbeEpiStore] / w,
+                      pr[kProbeSplit] / w, pr[kProbeBlock] / w, pr[kProbeEmpty] / p, pr[kProbeProducer] / p);
         }
         const double flop = 2.0 * M * double(N) * double(K);
         const double wbytes = double(packed.size());

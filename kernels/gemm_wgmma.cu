@@ -371,6 +371,11 @@ __global__ void __launch_bounds__(kThreads, MinB)
   } else {
     named_sync(1, 128 * kConsumers);
   }
+#if defined(QSP_WGMMA_PROBE)
+  const long long probe_sync = clock64();
+  probe[kProbeEpiSync] = probe_sync - probe_epi;
+  probe[kProbeSplit] = gridDim.z;
+#endif
   auto load4 = [&](int off) {
     if (!kSplit) return *reinterpret_cast<const float4*>(red + off);
     float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -392,6 +397,9 @@ __global__ void __launch_bounds__(kThreads, MinB)
     store2<EP>(a.o, m, n0 + c, x.x, x.y);
     store2<EP>(a.o, m, n0 + c + 2, x.z, x.w);
   }
+#if defined(QSP_WGMMA_PROBE)
+  probe[kProbeEpiStore] = clock64() - probe_sync;
+#endif
   if (kSplit) cluster_sync();  // the peers' tiles stay alive until every rank has read them
 #if defined(QSP_WGMMA_PROBE)
   if (lane == 0) {

@@ -85,6 +85,10 @@ enum ProbeSlot {
   kProbeProducer,  // producer: start to end
   kProbeWarps,     // consumer warps summed (8 a block; the producer threads are a block each)
   kProbeChunks,    // consumers: K chunks
+  kProbeEpiSync,   // consumers: the epilogue's partial tile into smem and the wait for every
+                   // consumer (split: every rank of the cluster: the slowest rank's loop)
+  kProbeEpiStore,  // consumers: the epilogue's sums over the ranks (split) and stores
+  kProbeSplit,     // consumers: the cluster's ranks (gridDim.z; 1 unsplit)
   kProbeSlots
 };
 bool probe_take(unsigned long long (&out)[kProbeSlots]);
