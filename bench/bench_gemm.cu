@@ -5,7 +5,8 @@
 //   ./bench_gemm [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu] [--m LIST] [--sweep] [--probe]
 //                [--shape NxK[,NxK...]]   (instead of the built-in layer shapes)
 //   --sweep: also every wgmma token tile x K split forced (the plan model's data),
-//            with the weights per tile and by tensor maps ($QSP_WGMMA_TMA_W)
+//            with the weights per tile and by tensor maps ($QSP_WGMMA_TMA_W);
+//            with --swiglu the fused gate | up's too (by tensor maps)
 //   --probe: in a build configured with -DQSP_WGMMA_PROBE=ON, where the wgmma
 //            kernel's cycles go (waits, decode, epilogue) after each timed line
 //
@@ -401,6 +402,42 @@ int run(int argc, char** argv) {
           });
           std::printf("%-10s %-12s %5d %-5s %9.4f %8.1f %8.0f |  (SwiGLU: gate + up fused)\n", sh.what, nk, M, fname,
                       sms, 2 * flop / sms * 1e-9, 2 * wbytes / sms * 1e-6);
+          if (sweep && M > 16 && f != WFormat::kF16) {
+            // The fused gate | up with every wgmma token tile x K split
+            // forced (weights by tensor maps), then the 64-token tile at two
+            // blocks per SM: the plan's data for the decode step's biggest GEMM.
+            for (int per_sm : {1, 2}) {
+              std::printf("%-10s %-12s %5d %-5s   SwiGLU wgmma tma_w%s tile/splits:", sh.what, nk, M, fname,
+                          per_sm == 2 ? " 2/SM" : "");
+              for (int bt : {256, 128, 64})
+                for (int ks : {1, 2, 4, 8}) {
+                  if (per_sm == 2 && bt != 64) continue;
+                  qsp::kern::GemmArgs p = s;
+                  p.path = qsp::kern::GemmPath::kWgmma;
+                  p.wg_tile = bt;
+                  p.wg_splits = ks;
+                  p.wgmma_weights = qsp::kern::WgmmaWeights::kTensorMaps;
+                  p.wg_per_sm = per_sm == 2 ? 2 : 0;
+                  p.w.data = wq.first();
+                  p.w2.data = wq.first();
+                  double t = 0.0;
+                  if (qsp::kern::gemm(p, nullptr) == cudaSuccess) {
+                    t = time_ms([&] {
+                      p.w.data = wq.take();
+                      p.w2.data = wq.take();
+                      CK(qsp::kern::gemm(p, nullptr));
+                    });
+                  } else {
+                    (void)cudaGetLastError();
+                  }
+                  if (t > 0)
+                    std::printf(" %d/%d %.1f", bt, ks, 2 * flop / t * 1e-9);
+                  else
+                    std::printf(" %d/%d -", bt, ks);
+                }
+              std::printf("\n");
+            }
+          }
         }
         cudaFree(x);
         cudaFree(y);
