@@ -3,6 +3,7 @@
 //
 //   cmake --build build --target bench_gemm    (the GEMM is kernels/gemm*.cu, kernels/gemv.cu)
 //   ./bench_gemm [--quick] [--fmt q4|q8|f16|all] [--no-cublas] [--swiglu] [--m LIST] [--sweep] [--probe]
+//   ./bench_gemm --waves   (the wgmma kernel's blocks per wave by cluster size, then exit)
 //                [--shape NxK[,NxK...]]   (instead of the built-in layer shapes)
 //   --sweep: also every wgmma token tile x K split forced (the plan model's data),
 //            with the weights per tile and by tensor maps ($QSP_WGMMA_TMA_W);
@@ -39,6 +40,7 @@
 #include "support/rng.h"
 #include "kernels/gemm_wgmma.h"
 #include "kernels/kernels.h"
+#include "kernels/per_device.h"
 
 namespace {
 
@@ -139,7 +141,19 @@ int run(int argc, char** argv) {
     else if (s == "--swiglu") swiglu = true;
     else if (s == "--fmt" && i + 1 < argc) fmt_arg = argv[++i];
     else if (s == "--sweep") sweep = true;
-    else if (s == "--m" && i + 1 < argc) {
+    else if (s == "--waves") {
+      // The wgmma kernel's blocks per wave by cluster size, as the plan
+      // model sees them (one block per SM) and for the 64-token tile at two
+      // blocks per SM (bench/RESULTS.md, twenty-second session).
+      int dev = 0;
+      if (cudaGetDevice(&dev) != cudaSuccess) return 1;
+      std::printf("waves: SMs %d | 1/SM ks=2 %d ks=4 %d ks=8 %d | 64-token 2/SM ks=1 %d ks=2 %d ks=4 %d ks=8 %d\n",
+                  qsp::kern::sm_count(dev), qsp::kern::wgmma::cluster_wave(dev, 2),
+                  qsp::kern::wgmma::cluster_wave(dev, 4), qsp::kern::wgmma::cluster_wave(dev, 8),
+                  qsp::kern::wgmma::cluster_wave_dense(dev, 1), qsp::kern::wgmma::cluster_wave_dense(dev, 2),
+                  qsp::kern::wgmma::cluster_wave_dense(dev, 4), qsp::kern::wgmma::cluster_wave_dense(dev, 8));
+      return 0;
+    } else if (s == "--m" && i + 1 < argc) {
       for (const char* p = argv[++i]; *p;) {
         char* end = nullptr;
         const long v = std::strtol(p, &end, 10);

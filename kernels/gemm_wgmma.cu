@@ -524,6 +524,29 @@ int cluster_wave(int dev, int ks) {
 #endif
 }
 
+int cluster_wave_dense(int dev, int ks) {
+#if defined(QSP_WGMMA)
+  if (ks != 1 && ks != 2 && ks != 4 && ks != 8) return -1;
+  static PerDevice waves[4];
+  return waves[ks == 1 ? 0 : ks == 2 ? 1 : ks == 4 ? 2 : 3].get(dev, [&] {
+    using L = Layout<WFormat::kQ4_0, kTokTileTiny, 2>;
+    auto kernel = wgmma_kernel<WFormat::kQ4_0, kTokTileTiny, Epilogue::kStoreF16, true, 2>;
+    static PerDevice smem_once;
+    int n = 0;
+    const ClusterZLaunch cl(dim3(1, 1, unsigned(ks)), kThreads, L::kBytes, nullptr);
+    if (set_smem_once(smem_once, dev, kernel, L::kBytes) != cudaSuccess ||
+        cudaOccupancyMaxActiveClusters(&n, kernel, &cl.cfg) != cudaSuccess || n <= 0) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    return n * ks;
+  });
+#else
+  (void)dev, (void)ks;
+  return -1;
+#endif
+}
+
 bool maps_fit(WFormat fmt) {
 #if defined(QSP_WGMMA)
   return dispatch_format(fmt, false, [](auto f) {

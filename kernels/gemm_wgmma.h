@@ -64,6 +64,11 @@ inline int32_t row_blocks(int32_t tiles, bool dual) {
 // than the SM count (the driver's cudaOccupancyMaxActiveClusters, once per
 // device). Negative when unknown.
 int cluster_wave(int dev, int ks);
+// The same for the 64-token tile at two blocks per SM (Args::per_sm = 2),
+// ks = 1, 2, 4, 8: its clusters may share SMs, so a GPC whose SM count is not
+// a multiple of ks can hold more than twice cluster_wave's (measurement
+// only so far: bench_gemm --waves).
+int cluster_wave_dense(int dev, int ks);
 
 // Whether format fmt's stage weights fit the tensor-map copies (Args::tma_w;
 // where they do not, the kernel copies per tile).
