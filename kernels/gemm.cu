@@ -106,11 +106,15 @@ bool env_default_on(const char* name) { return !std::getenv(name) || env_on(name
 //                  code (H100, twenty-first session, three alternating rounds): the 0.6B
 //                  step -1.4% (0.674 -> 0.664 ms), the 8B's equal, the 8B with 2048
 //                  cached -1.6% (2.634 -> 2.586)
-enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8, kGemvI8Stage };
+//  - kWgmmaLoneTail $QSP_WGMMA_LONE_TAIL (off unless set; not yet measured in a whole pass):
+//                  the plan charges the dense 64-token kernel's lone blocks at the lone rate
+//                  (WgChoices::lone_tail, kernels/gemm_plan.cpp)
+enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8, kGemvI8Stage, kWgmmaLoneTail };
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
-                            env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE")};
+                            env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
+                            env_on("QSP_WGMMA_LONE_TAIL")};
   return on[int(s)];
 }
 
@@ -129,6 +133,7 @@ AutoPlan plan_auto(int64_t M, const KArgs& a, WFormat f, bool dual, bool wg_ok, 
   c.maps = a.tma_w != 0 && wgmma::maps_fit(f);
   c.hybrid = switch_on(Switch::kWgmmaHybrid);
   c.dense64 = switch_on(Switch::kWgmmaDense64);
+  c.lone_tail = switch_on(Switch::kWgmmaLoneTail);
   r.wg = wg_ok ? plan_wgmma(M, a.o.N, a.KC, dual, wave, c) : WgPlan{0, 1, 1e300};
   r.wgmma = r.wg.t < r.mma.t;
   r.t = r.wgmma ? r.wg.t : r.mma.t;

@@ -97,6 +97,19 @@ Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
 // (8B Q4_0 512 tokens 12.40-12.46 ms against 11.83-11.91); at M = 64 (the
 // 64-sequence decode step) it took it on gate | up and gained: 6.44-6.53 ms
 // against 7.15-7.23.
+//
+// WgChoices::lone_tail ($QSP_WGMMA_LONE_TAIL=1, off until measured): the
+// dense kernel's blocks are charged kDenseSlow only where two share an SM.
+// A grid of at most one block per SM, or the last wave of one, runs at the
+// lone rate. bench_gemm --sweep --m 64 on the H100 (twenty-second session)
+// measured the 8B down projection (4096 x 12288) best at 64/8 at two per
+// SM: 256 blocks, a wave of 240 plus 16 alone. That ran 197.0 TFLOPS for
+// Q4_0 and 158.2 for Q4_K, against 190.7 / 137.4 for the plan's 64/4,
+// which the whole-wave count charged as two dense waves. The fused
+// gate | up at 64 tokens then splits 2 ways (264 + 120 blocks): Q4_K 245.8
+// against 223.8, Q4_0 306.7 against 310.3. Blocks per wave there
+// (bench_gemm --waves): one per SM 132 / 132 / 120 / 120 for clusters of
+// 1 / 2 / 4 / 8, two per SM 264 / 264 / 248 / 240.
 WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4], WgChoices c) {
   constexpr int kTiles[3] = {wgmma::kTokTileLarge, wgmma::kTokTileSmall, wgmma::kTokTileTiny};
   constexpr double kRateCopies[2] = {1.95, 1.14};   // per-tile copies: BT = 256, 128 (H200, eighth session)
@@ -107,15 +120,23 @@ WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave
   for (int i = 0; i < (c.maps ? (c.dense64 ? 4 : 3) : 2); ++i) {
     const bool dense = i == 3;  // the 64-token tile, two blocks per SM
     const int bt = kTiles[dense ? 2 : i], per_sm = dense ? 2 : 1;
-    const double unit = (bt * 128.0) / (128.0 * 256.0) / (c.maps ? kRateMaps[dense ? 2 : i] : kRateCopies[i]) *
-                        (dense ? kDenseSlow : 1.0);
+    const double lone_unit = (bt * 128.0) / (128.0 * 256.0) / (c.maps ? kRateMaps[dense ? 2 : i] : kRateCopies[i]);
+    const double unit = lone_unit * (dense ? kDenseSlow : 1.0);
     const int64_t rows = dual ? wgmma::kBlockRows / 2 : wgmma::kBlockRows;
     const int64_t tok_blocks = (M + bt - 1) / bt, row_blocks = (real_n + rows - 1) / rows;
     // Time of `tiles` blocks split ks ways (i_ks = log2 ks), in units.
     const auto time = [&](int64_t tiles, int ks, int i_ks) {
       const int64_t per_wave = std::max(per_sm * int64_t(wave[i_ks]), int64_t(ks));
-      const int64_t waves = (tiles * ks + per_wave - 1) / per_wave;
-      return double(waves) * double((KC + ks - 1) / ks + kWgFill + (ks > 1 ? kWgReduce : 0)) * unit;
+      const int64_t blocks = tiles * ks, waves = (blocks + per_wave - 1) / per_wave;
+      const double chunks = double((KC + ks - 1) / ks + kWgFill + (ks > 1 ? kWgReduce : 0));
+      if (dense && c.lone_tail) {
+        // The whole waves at two blocks per SM; a last wave of at most one
+        // block per SM runs at a lone block's rate (the undense unit).
+        const int64_t full = blocks / per_wave, rest = blocks % per_wave;
+        const bool alone = rest <= std::max(int64_t(wave[i_ks]), int64_t(ks));
+        return double(full) * chunks * unit + (rest == 0 ? 0.0 : chunks * (alone ? lone_unit : unit));
+      }
+      return double(waves) * chunks * unit;
     };
     for (int ks = 1, i_ks = 0; ks <= 8; ks *= 2, ++i_ks) {
       if (ks > 1 && KC / ks < 4) break;

@@ -118,6 +118,52 @@ TEST_CASE("kernel plan: the 64-token tile at two blocks per SM ($QSP_WGMMA_DENSE
       }
 }
 
+// WgChoices::lone_tail ($QSP_WGMMA_LONE_TAIL): the dense kernel's last
+// wave of at most one block per SM at the lone rate. Its picks at M = 64
+// on the H100's waves (bench_gemm --waves: 132, 132, 120, 120) are the
+// sweep's best (bench/RESULTS.md, twenty-second session): the 8B down
+// projection 64/8 at two per SM (256 blocks: a wave of 240 and 16 alone),
+// q / o still 64/4 at two per SM, the fused gate | up 64/2 at two per SM.
+// It only ever lowers an estimate, and it changes nothing at the measured
+// M >= 128 shapes.
+TEST_CASE("kernel plan: the dense kernel's lone last wave ($QSP_WGMMA_LONE_TAIL)", "[plan]") {
+  constexpr int kWaveH100[4] = {132, 132, 120, 120};
+  const WgChoices dense{true, false, true}, lone{true, false, true, true};
+  const WgPlan down = plan_wgmma(64, 4096, 192, false, kWaveH100, lone);
+  CHECK(down.per_sm == 2);
+  CHECK(down.bt == 64);
+  CHECK(down.ks == 8);
+  const WgPlan down_before = plan_wgmma(64, 4096, 192, false, kWaveH100, dense);  // 64/4 at two per SM
+  CHECK(down_before.ks == 4);
+  CHECK(down_before.per_sm == 2);
+  const WgPlan qo = plan_wgmma(64, 4096, 64, false, kWaveH100, lone);
+  CHECK(qo.per_sm == 2);
+  CHECK(qo.ks == 4);
+  const WgPlan gu = plan_wgmma(64, 12288, 64, true, kWaveH100, lone);
+  CHECK(gu.per_sm == 2);
+  CHECK(gu.bt == 64);
+  CHECK(gu.ks == 2);
+  for (int h = 0; h < 2; ++h) {
+    const int(&w)[4] = h ? kWaveH100 : kWave;
+    for (int64_t M : {128, 256, 512, 2048, 8192})
+      for (const auto& sh : {std::pair<int64_t, int>{4096, 64}, {1024, 64}, {12288, 64}, {4096, 192}, {2048, 16},
+                             {1024, 16}, {3072, 16}, {1024, 48}})
+        for (bool dual : {false, true}) {
+          INFO("M " << M << " N " << sh.first << " KC " << sh.second << (dual ? " SwiGLU" : ""));
+          const WgPlan with = plan_wgmma(M, sh.first, sh.second, dual, w, lone),
+                       without = plan_wgmma(M, sh.first, sh.second, dual, w, dense);
+          CHECK(with.per_sm == without.per_sm);
+          CHECK(with.bt == without.bt);
+          CHECK(with.ks == without.ks);
+        }
+    for (int64_t M : {17, 64, 100, 300})
+      for (int64_t n : {int64_t(1024), int64_t(4096), int64_t(6144), int64_t(12288), int64_t(14336)})
+        for (int kc : {16, 64, 192})
+          for (bool dual : {false, true})
+            CHECK(plan_wgmma(M, n, kc, dual, w, lone).t <= plan_wgmma(M, n, kc, dual, w, dense).t);
+  }
+}
+
 TEST_CASE("kernel plan: the wgmma hybrid of whole waves and a split rest", "[plan]") {
   // 8B gate | up at 512 tokens: 2 x 224 blocks, 3.4 waves: 198 row blocks
   // (3 whole waves) unsplit, the other 26 split 2 ways.
