@@ -501,13 +501,18 @@ bool probe_take(unsigned long long (&out)[kProbeSlots]) {
 #endif
 }
 
-int cluster_wave(int dev, int ks) {
 #if defined(QSP_WGMMA)
-  if (ks != 2 && ks != 4 && ks != 8) return -1;
-  static PerDevice waves[3];
-  return waves[ks / 4].get(dev, [&] {
-    using L = Layout<WFormat::kQ4_0, kTokTileLarge>;
-    auto kernel = wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16, true, 1>;
+namespace {
+// Blocks of the split kernel's (1, 1, ks) clusters (ks = 1, 2, 4, 8) with
+// token tile BT at MinB blocks per SM that device `dev` runs at once (the
+// driver's cudaOccupancyMaxActiveClusters, once per device and ks); -1 when
+// unknown.
+template <int BT, int MinB>
+int cluster_blocks(int dev, int ks) {
+  static PerDevice waves[4];
+  return waves[ks == 1 ? 0 : ks == 2 ? 1 : ks == 4 ? 2 : 3].get(dev, [&] {
+    using L = Layout<WFormat::kQ4_0, BT, MinB>;
+    auto kernel = wgmma_kernel<WFormat::kQ4_0, BT, Epilogue::kStoreF16, true, MinB>;
     static PerDevice smem_once;
     int n = 0;
     const ClusterZLaunch cl(dim3(1, 1, unsigned(ks)), kThreads, L::kBytes, nullptr);
@@ -518,6 +523,13 @@ int cluster_wave(int dev, int ks) {
     }
     return n * ks;
   });
+}
+}  // namespace
+#endif
+
+int cluster_wave(int dev, int ks) {
+#if defined(QSP_WGMMA)
+  return ks == 2 || ks == 4 || ks == 8 ? cluster_blocks<kTokTileLarge, 1>(dev, ks) : -1;
 #else
   (void)dev, (void)ks;
   return -1;
@@ -526,21 +538,7 @@ int cluster_wave(int dev, int ks) {
 
 int cluster_wave_dense(int dev, int ks) {
 #if defined(QSP_WGMMA)
-  if (ks != 1 && ks != 2 && ks != 4 && ks != 8) return -1;
-  static PerDevice waves[4];
-  return waves[ks == 1 ? 0 : ks == 2 ? 1 : ks == 4 ? 2 : 3].get(dev, [&] {
-    using L = Layout<WFormat::kQ4_0, kTokTileTiny, 2>;
-    auto kernel = wgmma_kernel<WFormat::kQ4_0, kTokTileTiny, Epilogue::kStoreF16, true, 2>;
-    static PerDevice smem_once;
-    int n = 0;
-    const ClusterZLaunch cl(dim3(1, 1, unsigned(ks)), kThreads, L::kBytes, nullptr);
-    if (set_smem_once(smem_once, dev, kernel, L::kBytes) != cudaSuccess ||
-        cudaOccupancyMaxActiveClusters(&n, kernel, &cl.cfg) != cudaSuccess || n <= 0) {
-      (void)cudaGetLastError();
-      return -1;
-    }
-    return n * ks;
-  });
+  return ks == 1 || ks == 2 || ks == 4 || ks == 8 ? cluster_blocks<kTokTileTiny, 2>(dev, ks) : -1;
 #else
   (void)dev, (void)ks;
   return -1;
