@@ -59,6 +59,7 @@ cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks,
   a.y0 = y0;
   a.y_blocks = y_blocks;
   a.per_sm = per_sm;
+  a.pair = k.wg_pair;
   return wgmma::run(a, f, ep, bt, ks, stream);
 }
 
@@ -109,12 +110,23 @@ bool env_default_on(const char* name) { return !std::getenv(name) || env_on(name
 //  - kWgmmaLoneTail $QSP_WGMMA_LONE_TAIL (off unless set; not yet measured in a whole pass):
 //                  the plan charges the dense 64-token kernel's lone blocks at the lone rate
 //                  (WgChoices::lone_tail, kernels/gemm_plan.cpp)
-enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8, kGemvI8Stage, kWgmmaLoneTail };
+//  - kWgmmaPair    $QSP_WGMMA_PAIR (off unless set; not yet measured): the 64-token tile's
+//                  consumers take two K chunks per round (wgmma::Args::pair)
+enum class Switch {
+  kWgmmaTmaW,
+  kWgmmaHybrid,
+  kWgmmaDense64,
+  kGemvXsmem,
+  kGemvI8,
+  kGemvI8Stage,
+  kWgmmaLoneTail,
+  kWgmmaPair
+};
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
                             env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
-                            env_on("QSP_WGMMA_LONE_TAIL")};
+                            env_on("QSP_WGMMA_LONE_TAIL"),     env_on("QSP_WGMMA_PAIR")};
   return on[int(s)];
 }
 
@@ -408,6 +420,12 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
       if (!ws_ok) return cudaErrorInvalidValue;
       a.i8s = a.i8 ? static_cast<uint32_t*>(g.i8_stage) : nullptr;
       break;
+    default: return cudaErrorInvalidValue;
+  }
+  switch (g.wg_pair) {
+    case 0: a.wg_pair = switch_on(Switch::kWgmmaPair); break;
+    case 1: a.wg_pair = 0; break;
+    case 2: a.wg_pair = 1; break;
     default: return cudaErrorInvalidValue;
   }
   a.o.out_h = g.out_h;

@@ -140,8 +140,9 @@ __device__ unsigned long long g_probe[kProbeSlots];
 
 // ---- The kernel ------------------------------------------------------------------------------
 // MinB: blocks per SM the registers and shared memory are budgeted for (2:
-// the 64-token tile only, Args::per_sm).
-template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB>
+// the 64-token tile only, Args::per_sm). kPair: the consumers take two K
+// chunks per round (the 64-token tile only, Args::pair).
+template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB, bool kPair>
 __global__ void __launch_bounds__(kThreads, MinB)
     wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ WMaps wm, const Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -295,20 +296,25 @@ __global__ void __launch_bounds__(kThreads, MinB)
     QSP_PROBE(kProbeDecode, WTraits<F>::wg_frags(st + L::kXBytes + v * L::kUnit,
                                                   st + L::kXBytes + L::kQBytes + v * L::kSUnit, lane, A));
   };
-  // Chunk kt's four wgmmas on A, committed as one group (not waited for).
-  auto issue = [&](int kt, uint32_t(&A)[4][4]) {
-    const uint32_t st = base + (kt % kS) * L::kStage;
-    uint64_t desc[4];
+  // Chunks kt .. kt + N - 1's four wgmmas each on A[0 .. N - 1], committed as
+  // one group (not waited for).
+  auto issue = [&](int kt, auto& A) {
+    constexpr int N = int(sizeof(A) / sizeof(A[0]));
+    uint64_t desc[N][4];
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      desc[s] = smem_desc(st + 32 * s);
-      fence_reg(desc[s]);
+    for (int j = 0; j < N; ++j)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) fence_reg(A[s][r]);  // every input defined before the fence
-    }
+      for (int s = 0; s < 4; ++s) {
+        desc[j][s] = smem_desc(base + ((kt + j) % kS) * L::kStage + 32 * s);
+        fence_reg(desc[j][s]);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) fence_reg(A[j][s][r]);  // every input defined before the fence
+      }
     wgmma_fence();
 #pragma unroll
-    for (int s = 0; s < 4; ++s) Mma<BT>::run(acc, A[s], desc[s]);
+    for (int j = 0; j < N; ++j)
+#pragma unroll
+      for (int s = 0; s < 4; ++s) Mma<BT>::run(acc, A[j][s], desc[j][s]);
     wgmma_commit();
   };
   // Every lane's reads of chunk kt's slot (wg_frags) done: hand it back.
@@ -332,15 +338,31 @@ __global__ void __launch_bounds__(kThreads, MinB)
   const long long probe_loop = clock64();
   probe[kProbeChunks] = nk;
 #endif
-  for (int kt = 0; kt < nk; ++kt) {
-    uint32_t A[4][4];
-    decode(kt, A);
+  // Chunks a round: kRound at a time through decode, one wgmma group and
+  // its wait (Args::pair), then one at a time for the rest.
+  static_assert(!kPair || BT == kTokTileTiny, "two chunks a round: the 64-token tile only");
+  constexpr int kRound = kPair ? 2 : 1;
+  int kt = 0;
+  for (; kt + kRound <= nk; kt += kRound) {
+    uint32_t A[kRound][4][4];
+#pragma unroll
+    for (int j = 0; j < kRound; ++j) decode(kt + j, A[j]);
     issue(kt, A);
-    // Waiting for this stage's group before decoding the next one keeps
+    // Waiting for this round's group before decoding the next one keeps
     // ptxas from serializing the wgmmas (C7513: registers defined while a
     // group is in flight); the other warpgroup's group covers the gap.
     QSP_PROBE(kProbeMma, wgmma_wait<0>());
-    release(kt);
+#pragma unroll
+    for (int j = 0; j < kRound; ++j) release(kt + j);
+  }
+  if constexpr (kRound > 1) {
+    for (; kt < nk; ++kt) {
+      uint32_t A[1][4][4];
+      decode(kt, A[0]);
+      issue(kt, A);
+      QSP_PROBE(kProbeMma, wgmma_wait<0>());
+      release(kt);
+    }
   }
 #pragma unroll
   for (int i = 0; i < BT / 2; ++i) fence_reg(acc[i]);
@@ -414,10 +436,10 @@ __global__ void __launch_bounds__(kThreads, MinB)
 }
 
 // ---- Host side ------------------------------------------------------------------------------
-template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB>
+template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB, bool kPair>
 cudaError_t launch_one(const Args& a, const CUtensorMap& map, const WMaps& wm, dim3 grid, cudaStream_t stream) {
   using L = Layout<F, BT, MinB>;
-  auto kernel = wgmma_kernel<F, BT, EP, kSplit, MinB>;
+  auto kernel = wgmma_kernel<F, BT, EP, kSplit, MinB, kPair>;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
@@ -449,7 +471,7 @@ bool encode_wmaps(const Args& a, bool dual, WMaps& m) {
   return true;
 }
 
-template <WFormat F, int BT, Epilogue EP, int MinB>
+template <WFormat F, int BT, Epilogue EP, int MinB, bool kPair = false>
 cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   CUtensorMap map;
   if (!sm90::encode_f16_2d(&map, a.x, uint64_t(a.K), uint64_t(a.o.M), uint64_t(a.ldx) * 2, BT)) {
@@ -468,14 +490,14 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   args.chunks_per_split = a.KC;
   if (splits > 1) {
     args.chunks_per_split = (a.KC + splits - 1) / splits;
-    const cudaError_t e = launch_one<F, BT, EP, true, MinB>(args, map, wm, dim3(grid.x, grid.y, splits), stream);
+    const cudaError_t e = launch_one<F, BT, EP, true, MinB, kPair>(args, map, wm, dim3(grid.x, grid.y, splits), stream);
     if (e == cudaSuccess) return cudaGetLastError();
     // A cluster that cannot be scheduled is a launch-configuration error (not
     // sticky): run unsplit rather than fail the forward pass.
     (void)cudaGetLastError();
     args.chunks_per_split = a.KC;
   }
-  return launch_one<F, BT, EP, false, MinB>(args, map, wm, grid, stream);
+  return launch_one<F, BT, EP, false, MinB, kPair>(args, map, wm, grid, stream);
 }
 
 }  // namespace
@@ -483,7 +505,7 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
 bool available(int dev) {
 #if defined(QSP_WGMMA)
   static PerDevice once;
-  return runs_on(once, dev, wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16, false, 1>);
+  return runs_on(once, dev, wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16, false, 1, false>);
 #else
   (void)dev;
   return false;
@@ -512,7 +534,7 @@ int cluster_blocks(int dev, int ks) {
   static PerDevice waves[4];
   return waves[ks == 1 ? 0 : ks == 2 ? 1 : ks == 4 ? 2 : 3].get(dev, [&] {
     using L = Layout<WFormat::kQ4_0, BT, MinB>;
-    auto kernel = wgmma_kernel<WFormat::kQ4_0, BT, Epilogue::kStoreF16, true, MinB>;
+    auto kernel = wgmma_kernel<WFormat::kQ4_0, BT, Epilogue::kStoreF16, true, MinB, false>;
     static PerDevice smem_once;
     int n = 0;
     const ClusterZLaunch cl(dim3(1, 1, unsigned(ks)), kThreads, L::kBytes, nullptr);
@@ -577,8 +599,11 @@ cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int split
         constexpr Epilogue EP = decltype(e)::value;
         if (tok_tile == kTokTileLarge) return launch<F, kTokTileLarge, EP, 1>(a, splits, stream);
         if (tok_tile == kTokTileSmall) return launch<F, kTokTileSmall, EP, 1>(a, splits, stream);
-        if (a.per_sm == 2) return launch<F, kTokTileTiny, EP, 2>(a, splits, stream);
-        return launch<F, kTokTileTiny, EP, 1>(a, splits, stream);
+        if (a.per_sm == 2)
+          return a.pair ? launch<F, kTokTileTiny, EP, 2, true>(a, splits, stream)
+                        : launch<F, kTokTileTiny, EP, 2>(a, splits, stream);
+        return a.pair ? launch<F, kTokTileTiny, EP, 1, true>(a, splits, stream)
+                      : launch<F, kTokTileTiny, EP, 1>(a, splits, stream);
       });
     }
   });
