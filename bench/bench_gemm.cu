@@ -352,25 +352,33 @@ int run(int argc, char** argv) {
                     flop / ms * 1e-9, wbytes / ms * 1e-6, cms, cms > 0 ? flop / cms * 1e-9 : 0.0,
                     cms > 0 ? cms / ms : 0.0, err);
 
-        // Milliseconds of gemm() with `path` forced (and the wgmma tile / K
-        // splits); 0 where that cannot run.
-        const auto forced_ms = [&](qsp::kern::GemmPath path, int wg_tile = 0, int wg_splits = 0,
-                                   qsp::kern::WgmmaWeights wgw = qsp::kern::WgmmaWeights::kAuto, int per_sm = 0) {
-          qsp::kern::GemmArgs p = a;
+        // Milliseconds of gemm() on `base` (`a`, or the fused gate | up with
+        // two weights) with `path` forced (and the wgmma tile / K splits); 0
+        // where that cannot run.
+        const auto forced_on = [&](const qsp::kern::GemmArgs& base, qsp::kern::GemmPath path, int wg_tile,
+                                   int wg_splits, qsp::kern::WgmmaWeights wgw, int per_sm) {
+          const bool dual = base.ep == Epilogue::kSwiGLU;
+          qsp::kern::GemmArgs p = base;
           p.path = path;
           p.wg_tile = wg_tile;
           p.wg_splits = wg_splits;
           p.wgmma_weights = wgw;
           p.wg_per_sm = per_sm;
           p.w.data = wq.first();
+          if (dual) p.w2.data = wq.first();
           if (qsp::kern::gemm(p, nullptr) != cudaSuccess) {
             (void)cudaGetLastError();
             return 0.0;
           }
           return time_ms([&] {
             p.w.data = wq.take();
+            if (dual) p.w2.data = wq.take();
             CK(qsp::kern::gemm(p, nullptr));
           });
+        };
+        const auto forced_ms = [&](qsp::kern::GemmPath path, int wg_tile = 0, int wg_splits = 0,
+                                   qsp::kern::WgmmaWeights wgw = qsp::kern::WgmmaWeights::kAuto, int per_sm = 0) {
+          return forced_on(a, path, wg_tile, wg_splits, wgw, per_sm);
         };
         if (M > 16 && f != WFormat::kF16) {
           // Each kernel family forced (the row above is gemm()'s own pick).
@@ -426,24 +434,8 @@ int run(int argc, char** argv) {
               for (int bt : {256, 128, 64})
                 for (int ks : {1, 2, 4, 8}) {
                   if (per_sm == 2 && bt != 64) continue;
-                  qsp::kern::GemmArgs p = s;
-                  p.path = qsp::kern::GemmPath::kWgmma;
-                  p.wg_tile = bt;
-                  p.wg_splits = ks;
-                  p.wgmma_weights = qsp::kern::WgmmaWeights::kTensorMaps;
-                  p.wg_per_sm = per_sm == 2 ? 2 : 0;
-                  p.w.data = wq.first();
-                  p.w2.data = wq.first();
-                  double t = 0.0;
-                  if (qsp::kern::gemm(p, nullptr) == cudaSuccess) {
-                    t = time_ms([&] {
-                      p.w.data = wq.take();
-                      p.w2.data = wq.take();
-                      CK(qsp::kern::gemm(p, nullptr));
-                    });
-                  } else {
-                    (void)cudaGetLastError();
-                  }
+                  const double t = forced_on(s, qsp::kern::GemmPath::kWgmma, bt, ks,
+                                             qsp::kern::WgmmaWeights::kTensorMaps, per_sm == 2 ? 2 : 0);
                   if (t > 0)
                     std::printf(" %d/%d %.1f", bt, ks, 2 * flop / t * 1e-9);
                   else

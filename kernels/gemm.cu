@@ -107,11 +107,16 @@ bool env_default_on(const char* name) { return !std::getenv(name) || env_on(name
 //                  code (H100, twenty-first session, three alternating rounds): the 0.6B
 //                  step -1.4% (0.674 -> 0.664 ms), the 8B's equal, the 8B with 2048
 //                  cached -1.6% (2.634 -> 2.586)
-//  - kWgmmaLoneTail $QSP_WGMMA_LONE_TAIL (off unless set; not yet measured in a whole pass):
-//                  the plan charges the dense 64-token kernel's lone blocks at the lone rate
-//                  (WgChoices::lone_tail, kernels/gemm_plan.cpp)
-//  - kWgmmaPair    $QSP_WGMMA_PAIR (off unless set; not yet measured): the 64-token tile's
-//                  consumers take two K chunks per round (wgmma::Args::pair)
+//  - kWgmmaLoneTail $QSP_WGMMA_LONE_TAIL (on unless "0"): the plan charges the dense
+//                  64-token kernel's lone blocks at the lone rate (WgChoices::lone_tail,
+//                  kernels/gemm_plan.cpp). H100, twenty-third session, two alternating
+//                  rounds: the 8B 64-sequence step Q4_K_M 8.45 / 8.73 -> 8.13 / 8.00 ms
+//                  (-6%), Q4_0 6.50 / 6.61 -> 6.59 / 6.56 (equal); a 128-token prompt equal
+//  - kWgmmaPair    $QSP_WGMMA_PAIR (on unless "0"): the 64-token tile's consumers take two
+//                  K chunks per round (wgmma::Args::pair). Same run: every M = 64 GEMM of
+//                  the 8B +1-4%, the 64-sequence step -1% (Q4_0 6.50 / 6.61 -> 6.49 /
+//                  6.47, Q4_K_M 8.45 / 8.73 -> 8.34 / 8.55), a 128-token prompt -4%
+//                  (5.51 / 5.49 -> 5.25 / 5.29 ms)
 enum class Switch {
   kWgmmaTmaW,
   kWgmmaHybrid,
@@ -126,7 +131,7 @@ bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
                             env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
-                            env_on("QSP_WGMMA_LONE_TAIL"),     env_on("QSP_WGMMA_PAIR")};
+                            env_default_on("QSP_WGMMA_LONE_TAIL"), env_default_on("QSP_WGMMA_PAIR")};
   return on[int(s)];
 }
 

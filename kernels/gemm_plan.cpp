@@ -98,7 +98,7 @@ Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
 // 64-sequence decode step) it took it on gate | up and gained: 6.44-6.53 ms
 // against 7.15-7.23.
 //
-// WgChoices::lone_tail ($QSP_WGMMA_LONE_TAIL=1, off until measured): the
+// WgChoices::lone_tail (gemm() sets it unless $QSP_WGMMA_LONE_TAIL=0): the
 // dense kernel's blocks are charged kDenseSlow only where two share an SM.
 // A grid of at most one block per SM, or the last wave of one, runs at the
 // lone rate. bench_gemm --sweep --m 64 on the H100 (twenty-second session)
@@ -109,7 +109,11 @@ Plan plan_mma(int64_t M, int64_t real_n, int KC, bool dual, int sms) {
 // gate | up at 64 tokens then splits 2 ways (264 + 120 blocks): Q4_K 245.8
 // against 223.8, Q4_0 306.7 against 310.3. Blocks per wave there
 // (bench_gemm --waves): one per SM 132 / 132 / 120 / 120 for clusters of
-// 1 / 2 / 4 / 8, two per SM 264 / 264 / 248 / 240.
+// 1 / 2 / 4 / 8, two per SM 264 / 264 / 248 / 240. In a whole pass (H100,
+// twenty-third session, two alternating rounds): the 8B 64-sequence step
+// Q4_K_M 8.45 / 8.73 -> 8.13 / 8.00 ms, Q4_0 6.50 / 6.61 -> 6.59 / 6.56
+// (equal), a 128-token prompt equal; in that run the down GEMM Q4_K went
+// 140 -> 158 TFLOPS, gate | up Q4_K 226 -> 243, Q4_0 315 -> 310.
 WgPlan plan_wgmma(int64_t M, int64_t real_n, int KC, bool dual, const int (&wave)[4], WgChoices c) {
   constexpr int kTiles[3] = {wgmma::kTokTileLarge, wgmma::kTokTileSmall, wgmma::kTokTileTiny};
   constexpr double kRateCopies[2] = {1.95, 1.14};   // per-tile copies: BT = 256, 128 (H200, eighth session)

@@ -57,7 +57,7 @@ struct WgChoices {
   bool hybrid = false;   // consider the two-launch hybrid ($QSP_WGMMA_HYBRID; measured no faster, off)
   bool dense64 = false;  // with maps: consider the 64-token tile at two blocks per SM (on unless $QSP_WGMMA_DENSE64=0)
   bool lone_tail = false;  // dense64: a grid or last wave of at most one block per SM at the lone block's rate
-                           // ($QSP_WGMMA_LONE_TAIL=1; off until measured: plan_wgmma)
+                           // (gemm() sets it unless $QSP_WGMMA_LONE_TAIL=0: plan_wgmma)
 };
 // wave[i]: blocks that run at once with clusters of 2^i blocks (wave[0] = the
 // SM count; see wgmma::cluster_wave).

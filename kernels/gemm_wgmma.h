@@ -48,7 +48,10 @@ struct Args {
   // one wait, both slots released. At M = 64 a chunk's four wgmmas are ~130
   // of its ~1,000 cycles; the per-round waits, fences and the warpgroup's
   // convergence at its wgmmas are much of the rest (bench/RESULTS.md,
-  // twenty-second session's probes). $QSP_WGMMA_PAIR=1; off until measured.
+  // twenty-second session's probes). Measured (H100, twenty-third session):
+  // every M = 64 GEMM of the 8B 1-4% faster, the 64-sequence step 1%, a
+  // 128-token prompt 4%; so the per-round waits are not most of a chunk's
+  // cost. On unless $QSP_WGMMA_PAIR=0 (GemmArgs::wg_pair).
   int32_t pair = 0;
 };
 

@@ -180,8 +180,8 @@ struct GemmArgs {
   // wgmma::Args::per_sm). Not chosen by the plan until measured.
   int32_t wg_per_sm = 0;
   // Tests and benchmarks: the 64-token wgmma tile's consumers take two K
-  // chunks a round (wgmma::Args::pair): 0 as $QSP_WGMMA_PAIR says (off when
-  // unset), 1 no, 2 yes. Other tiles ignore it.
+  // chunks a round (wgmma::Args::pair): 0 as $QSP_WGMMA_PAIR says (on unless
+  // "0"), 1 no, 2 yes. Other tiles ignore it.
   int32_t wg_pair = 0;
   // Tests and benchmarks: how the wgmma kernel copies a stage's weights
   // (WgmmaWeights); the plan model's rates follow it. No effect on the other
@@ -278,6 +278,11 @@ struct QkRopeArgs {
   const SeqDesc* seqs = nullptr;
   const int32_t* token_seq = nullptr;
   int32_t layer = 0;
+  // Tests and benchmarks: the wide kernel (four head vectors a warp, their
+  // loads issued before the token's angles; the same bits): 0 as
+  // $QSP_ROPE_WIDE says (1: chunks of more than 16 tokens; off when unset,
+  // until measured), 1 no, 2 yes.
+  int32_t wide = 0;
 };
 cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream);
 

@@ -20,6 +20,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/kernels.h"
 #include "kernels/pdl.h"
@@ -148,7 +150,14 @@ __device__ __forceinline__ void store_half(__half* dst, const float (&x)[E]) {
 namespace {
 
 using rope::kMaxHeadDim;
-constexpr int kWarps = 8;  // head vectors per block
+constexpr int kWarps = 8;  // warps per block
+// Head vectors per warp of the wide kernel (QkRopeArgs::wide): a block then
+// covers 32 of a token's head vectors (the 0.6B's q | k | v: all of them),
+// its warps' loads issued before the angles. The narrow kernel (one vector
+// per warp, 2,048 blocks for 512 tokens of the 0.6B) is one dependent chain
+// per block, angles then loads, the angles made once per 8 vectors: 9 us
+// to move 12 MB on an H100 (bench/RESULTS.md, twenty-third session).
+constexpr int kWideVecs = 4;
 
 struct RopeParams {
   const float* qkv;
@@ -166,12 +175,15 @@ struct RopeParams {
   double inv_freq[kMaxHeadDim / 2];
 };
 
-template <int D, int kStyle, bool kVecLoad, bool kBatch>
+// kWide: kWideVecs head vectors per warp, loaded before the angles; else one,
+// loaded after them.
+template <int D, int kStyle, bool kVecLoad, bool kBatch, bool kWide>
 __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p) {
   pdl_wait();  // kernels/pdl.h
   pdl_launch_dependents();
   constexpr int E = D / 32;  // elements per lane
   constexpr int kHalf = D / 2;
+  constexpr int kVpw = kWide ? kWideVecs : 1;
   __shared__ float s_cos[kHalf], s_sin[kHalf];
 
   const int m = int(blockIdx.x);
@@ -191,47 +203,60 @@ __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p
     k_cache = p.k_cache;
     v_cache = p.v_cache;
   }
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x >> 5);
+  const int n_vec = p.n_heads + 2 * p.n_kv_heads;
+  // The warp's j-th head vector (consecutive warps, consecutive vectors);
+  // q at column 0, k at q_dim, v at q_dim + kv_dim: vec * D in every case.
+  const auto vec_of = [&](int j) { return (int(blockIdx.y) * kVpw + j) * kWarps + warp; };
+  const auto src_of = [&](int vec) { return p.qkv + size_t(m) * p.ld + size_t(vec) * D + lane * E; };
+  float x[kVpw][E];
+  if constexpr (kWide) {
+#pragma unroll
+    for (int j = 0; j < kVpw; ++j)
+      if (vec_of(j) < n_vec) rope::load<E, kVecLoad>(x[j], src_of(vec_of(j)));
+  }
   rope::angles<D>(pos, p.inv_freq, s_cos, s_sin, int(threadIdx.x), kWarps * 32);
   __syncthreads();
 
-  const int lane = int(threadIdx.x) & 31;
-  const int vec = int(blockIdx.y) * kWarps + int(threadIdx.x >> 5);
-  const int n_vec = p.n_heads + 2 * p.n_kv_heads;
-  if (vec >= n_vec) return;
-  // 0: query head, 1: key head, 2: value head
-  const int kind = vec < p.n_heads ? 0 : vec < p.n_heads + p.n_kv_heads ? 1 : 2;
-  const int h = kind == 0 ? vec : kind == 1 ? vec - p.n_heads : vec - p.n_heads - p.n_kv_heads;
-  // q at column 0, k at q_dim, v at q_dim + kv_dim: vec * D in every case.
-  const float* src = p.qkv + size_t(m) * p.ld + size_t(vec) * D + lane * E;
+#pragma unroll
+  for (int j = 0; j < kVpw; ++j) {
+    const int vec = vec_of(j);
+    if (vec >= n_vec) return;  // the warp's later vectors are further on
+    // 0: query head, 1: key head, 2: value head
+    const int kind = vec < p.n_heads ? 0 : vec < p.n_heads + p.n_kv_heads ? 1 : 2;
+    const int h = kind == 0 ? vec : kind == 1 ? vec - p.n_heads : vec - p.n_heads - p.n_kv_heads;
+    if constexpr (!kWide) rope::load<E, kVecLoad>(x[j], src_of(vec));
+    if (kind < 2) rope::norm_rotate<D, kStyle>(x[j], kind == 0 ? p.q_norm : p.k_norm, p.eps, s_cos, s_sin, lane);
 
-  float x[E];
-  rope::load<E, kVecLoad>(x, src);
-  if (kind < 2) rope::norm_rotate<D, kStyle>(x, kind == 0 ? p.q_norm : p.k_norm, p.eps, s_cos, s_sin, lane);
-
-  __half* dst;
-  if (kind == 0) {
-    dst = p.q_out + (size_t(m) * p.n_heads + h) * D;
-  } else {
-    if (pos < 0 || pos >= max_seq) return;  // out of the cache: nothing to write
-    dst = (kind == 1 ? k_cache : v_cache) + (size_t(h) * max_seq + pos) * D;
+    __half* dst;
+    if (kind == 0) {
+      dst = p.q_out + (size_t(m) * p.n_heads + h) * D;
+    } else {
+      if (pos < 0 || pos >= max_seq) return;  // out of the cache: nothing to write (nor for the later k / v)
+      dst = (kind == 1 ? k_cache : v_cache) + (size_t(h) * max_seq + pos) * D;
+    }
+    rope::store_half<E>(dst + lane * E, x[j]);
   }
-  rope::store_half<E>(dst + lane * E, x);
 }
 
 template <int D, int kStyle, bool kVecLoad, bool kBatch>
-cudaError_t launch(const RopeParams& p, cudaStream_t stream) {
-  const int n_vec = p.n_heads + 2 * p.n_kv_heads;
-  const dim3 grid(unsigned(p.M), unsigned((n_vec + kWarps - 1) / kWarps));
-  return launch_pdl(PdlKernel::kQkRope, qk_rope_kernel<D, kStyle, kVecLoad, kBatch>, grid, dim3(kWarps * 32), 0,
-                    stream, p);
+cudaError_t launch(const RopeParams& p, bool wide, cudaStream_t stream) {
+  const int n_vec = p.n_heads + 2 * p.n_kv_heads, per_block = kWarps * (wide ? kWideVecs : 1);
+  const dim3 grid(unsigned(p.M), unsigned((n_vec + per_block - 1) / per_block));
+  if (wide)
+    return launch_pdl(PdlKernel::kQkRope, qk_rope_kernel<D, kStyle, kVecLoad, kBatch, true>, grid,
+                      dim3(kWarps * 32), 0, stream, p);
+  return launch_pdl(PdlKernel::kQkRope, qk_rope_kernel<D, kStyle, kVecLoad, kBatch, false>, grid, dim3(kWarps * 32),
+                    0, stream, p);
 }
 
 template <int D, bool kBatch>
-cudaError_t dispatch(const RopeParams& p, int style, bool vec, cudaStream_t stream) {
+cudaError_t dispatch(const RopeParams& p, int style, bool vec, bool wide, cudaStream_t stream) {
   if (style == QSP_ROPE_NEOX)
-    return vec ? launch<D, QSP_ROPE_NEOX, true, kBatch>(p, stream) : launch<D, QSP_ROPE_NEOX, false, kBatch>(p, stream);
-  return vec ? launch<D, QSP_ROPE_INTERLEAVED, true, kBatch>(p, stream)
-             : launch<D, QSP_ROPE_INTERLEAVED, false, kBatch>(p, stream);
+    return vec ? launch<D, QSP_ROPE_NEOX, true, kBatch>(p, wide, stream)
+               : launch<D, QSP_ROPE_NEOX, false, kBatch>(p, wide, stream);
+  return vec ? launch<D, QSP_ROPE_INTERLEAVED, true, kBatch>(p, wide, stream)
+             : launch<D, QSP_ROPE_INTERLEAVED, false, kBatch>(p, wide, stream);
 }
 
 bool aligned(const void* ptr, size_t a) { return (reinterpret_cast<uintptr_t>(ptr) % a) == 0; }
@@ -244,6 +269,7 @@ bool args_ok(const QkRopeArgs& a) {
   if (a.head_dim != 64 && a.head_dim != 128) return false;
   if (a.M < 1 || a.n_heads < 1 || a.n_kv_heads < 1) return false;
   if (a.rope_style != QSP_ROPE_NEOX && a.rope_style != QSP_ROPE_INTERLEAVED) return false;
+  if (a.wide < 0 || a.wide > 2) return false;
   if (!(a.theta > 0.0f) || !std::isfinite(a.theta) || !(a.eps >= 0.0f)) return false;
   const int64_t qkv_cols = int64_t(a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
   if (a.ld < qkv_cols) return false;
@@ -282,11 +308,18 @@ cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream) {
   const double* tab = rope::inv_freq_table(a.theta, a.head_dim);
   for (int i = 0; i < a.head_dim / 2; ++i) p.inv_freq[i] = tab[i];
   for (int i = a.head_dim / 2; i < kMaxHeadDim / 2; ++i) p.inv_freq[i] = 0.0;
+  // The wide kernel ($QSP_ROPE_WIDE=1: chunks of more than 16 tokens; off
+  // until measured) or as the caller forces it.
+  static const bool wide_env = [] {
+    const char* v = std::getenv("QSP_ROPE_WIDE");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  const bool wide = a.wide == 0 ? wide_env && a.M > 16 : a.wide == 2;
   if (batch)
-    return a.head_dim == 128 ? dispatch<128, true>(p, a.rope_style, vec, stream)
-                             : dispatch<64, true>(p, a.rope_style, vec, stream);
-  return a.head_dim == 128 ? dispatch<128, false>(p, a.rope_style, vec, stream)
-                           : dispatch<64, false>(p, a.rope_style, vec, stream);
+    return a.head_dim == 128 ? dispatch<128, true>(p, a.rope_style, vec, wide, stream)
+                             : dispatch<64, true>(p, a.rope_style, vec, wide, stream);
+  return a.head_dim == 128 ? dispatch<128, false>(p, a.rope_style, vec, wide, stream)
+                           : dispatch<64, false>(p, a.rope_style, vec, wide, stream);
 }
 
 }  // namespace kern

@@ -45,6 +45,15 @@ void forced_tile_sweep(const std::vector<int>& tiles, int per_sm, uint64_t seed)
   }
 }
 
+// The refusal checks' call: kStoreF32 forced onto the wgmma path, a 128 x 64
+// Q4_0 weight, 32 rows (forced_wgmma).
+struct TinyCall {
+  OpWeight w{QSP_DTYPE_Q4_0, 128, 64, 11};
+  OpActs x{32, 64, 64, 10};
+  DevBuf out{size_t(32) * 128 * 4};
+  GemmArgs args() { return forced_wgmma(w, x, out.as<float>()); }
+};
+
 }  // namespace
 
 // The wgmma kernel's token tiles (256, 128, 64) and clustered K splits
@@ -55,10 +64,8 @@ TEST_CASE("op gemm: wgmma token tiles and K splits, each forced", "[gpu][gemm][w
   if (!wgmma_here()) return;
   forced_tile_sweep({256, 128, 64}, 0, 2600);
   // What the forcing fields refuse.
-  OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
-  OpActs x(32, 64, 64, 10);
-  DevBuf out(size_t(32) * 128 * 4);
-  GemmArgs a = forced_wgmma(wq, x, out.as<float>());
+  TinyCall t;
+  GemmArgs a = t.args();
   a.wg_tile = 32;
   CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
   a.wg_tile = 128;
@@ -86,10 +93,8 @@ TEST_CASE("op gemm: the 64-token wgmma tile at two blocks per SM", "[gpu][gemm][
   QSP_REQUIRE_GPU();
   if (!wgmma_here()) return;
   forced_tile_sweep({64}, 2, 2700);
-  OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
-  OpActs x(32, 64, 64, 10);
-  DevBuf out(size_t(32) * 128 * 4);
-  GemmArgs a = forced_wgmma(wq, x, out.as<float>());
+  TinyCall t;
+  GemmArgs a = t.args();
   a.wg_per_sm = 2;  // only with the 64-token tile forced
   CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
   a.wg_tile = 128;
@@ -124,7 +129,7 @@ TEST_CASE("op gemm: the 64-token wgmma tile, two K chunks a round", "[gpu][gemm]
       {QSP_DTYPE_Q4_K, 2048, 1024, 37},  // 16 chunks, a partial token tile
       {QSP_DTYPE_Q8_0, 1024, 3072, 64},  // 48 chunks, Q8_0's two words a lane
       {QSP_DTYPE_Q4_0, 1000, 160, 17},   // 3 chunks: a pair, then one; empty split ranks
-      {QSP_DTYPE_Q6_K, 256, 64, 64},     // 1 chunk: no pair at all
+      {QSP_DTYPE_Q8_0, 256, 64, 64},     // 1 chunk: no pair at all
   };
   uint64_t seed = 7300;
   int64_t compared = 0;
@@ -175,10 +180,8 @@ TEST_CASE("op gemm: the 64-token wgmma tile, two K chunks a round", "[gpu][gemm]
         }
   }
   CHECK(compared == 5 * 2 * 3 * 4);
-  OpWeight wq(QSP_DTYPE_Q4_0, 128, 64, 11);
-  OpActs x(32, 64, 64, 10);
-  DevBuf out(size_t(32) * 128 * 4);
-  GemmArgs a = forced_wgmma(wq, x, out.as<float>());
+  TinyCall t;
+  GemmArgs a = t.args();
   a.wg_pair = 3;
   CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
   a.wg_pair = 2;  // other tiles ignore it

@@ -3,7 +3,8 @@
 // the k heads at positions past.., then cpu::kv_write of k and v into a
 // cache. Tolerance (as the fp64-reference test this replaces): rel L2 < 1e-3
 // for q, k and v (fp16 outputs: ~3e-4 of rounding); exactly the chunk's
-// cache slots written, none NaN, every other slot untouched. A case is one
+// cache slots written, none NaN, every other slot untouched; the wide kernel
+// gives the narrow one's bytes. A case is one
 // line: {head_dim, n_heads, n_kv_heads, M, past, max_seq, rope style, qk-norm}.
 #include <sstream>
 
@@ -52,10 +53,23 @@ void run_rope_case(const RopeCase& c, Rng& rng) {
                     c.style);
   a.eps = eps;
   a.theta = theta;
+  a.wide = 1;
   CUDA_REQUIRE(kern::qk_rope(a, nullptr));
   CUDA_REQUIRE(cudaDeviceSynchronize());
   const std::vector<uint16_t> gq = d_q.download<uint16_t>(), gk = d_k.download<uint16_t>(),
                               gv = d_v.download<uint16_t>();
+  // The wide kernel (QkRopeArgs::wide: four vectors a warp, loads before the
+  // angles) computes each vector with the same code: the same bytes, the
+  // same untouched slots.
+  d_q.poison();
+  d_k.poison();
+  d_v.poison();
+  a.wide = 2;
+  CUDA_REQUIRE(kern::qk_rope(a, nullptr));
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+  CHECK(d_q.download<uint16_t>() == gq);
+  CHECK(d_k.download<uint16_t>() == gk);
+  CHECK(d_v.download<uint16_t>() == gv);
 
   // The CPU backend's ops on the same rows.
   std::vector<float> q(size_t(c.M) * Q), k(size_t(c.M) * KV), v(size_t(c.M) * KV);
@@ -150,5 +164,7 @@ TEST_CASE("op qk_rope: rejects unsupported arguments", "[gpu][qk_rope]") {
   a.head_dim = 64, a.ld = 100;  // ld shorter than q + k + v
   CHECK(kern::qk_rope(a, nullptr) == cudaErrorInvalidValue);
   a.ld = 256, a.rope_style = 7;
+  CHECK(kern::qk_rope(a, nullptr) == cudaErrorInvalidValue);
+  a.rope_style = QSP_ROPE_NEOX, a.wide = 3;
   CHECK(kern::qk_rope(a, nullptr) == cudaErrorInvalidValue);
 }
