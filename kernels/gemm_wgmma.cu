@@ -21,6 +21,8 @@
 //    fragment layout is wgmma's per-warp A layout) and issues four
 //    wgmma.m64nBTk16 with B from the swizzled X tile, waits for them and
 //    hands the slot back through its "empty" mbarrier (one arrive per warp).
+//    The 64-token tile takes two chunks per round (Args::pair, the default):
+//    both decoded, their eight wgmmas in one group, one wait.
 //    The two consumer warpgroups interleave: one decodes while the other's
 //    wgmmas run.
 //  - Epilogue: the fp32 accumulators (D = W X^T, weight rows x tokens) go
