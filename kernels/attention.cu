@@ -44,11 +44,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/attention_internal.cuh"
 #include "kernels/attention_wgmma.h"
+#include "kernels/env.h"
 #include "kernels/kernels.h"
 #include "kernels/per_device.h"
 
@@ -232,10 +231,7 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
   // (off until measured): >= half a wave. The 0.6B's 512-token chunk runs
   // the wgmma kernel on 64 blocks of 132 SMs, 14 us a layer on an H100
   // (twenty-third session), where the split-KV mma.sync kernel fills them.
-  static const bool half_wave = [] {
-    const char* v = std::getenv("QSP_ATTN_WGMMA_HALF");
-    return v && std::strcmp(v, "1") == 0;
-  }();
+  static const bool half_wave = env_on("QSP_ATTN_WGMMA_HALF");
   const int group = a.n_heads / a.n_kv_heads;
   const int wg_gp = largest_divisor_at_most(group, attn90::kBlockM);
   const int64_t wg_blocks = int64_t((a.M + attn90::kBlockM / wg_gp - 1) / (attn90::kBlockM / wg_gp)) *

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/env.h"
 #include "kernels/formats/formats.cuh"
 #include "kernels/gemm_internal.cuh"
 #include "kernels/gemm_plan.h"
@@ -72,13 +73,6 @@ void cluster_waves(int dev, int sms, int (&wave)[4]) {
   }
 }
 
-// $name set to something other than "0" (docs/API.md, Environment).
-bool env_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::strcmp(v, "0") != 0;
-}
-// A default-on switch: $name unset, or set to something other than "0".
-bool env_default_on(const char* name) { return !std::getenv(name) || env_on(name); }
 
 // The environment's switches (docs/API.md, Environment), read once per process:
 //  - kWgmmaTmaW    $QSP_WGMMA_TMA_W (on unless "0"): the wgmma kernel's weights by tensor maps

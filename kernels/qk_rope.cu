@@ -20,9 +20,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
+#include "kernels/env.h"
 #include "kernels/kernels.h"
 #include "kernels/pdl.h"
 #include "qsp/qsp.h"
@@ -175,15 +174,12 @@ struct RopeParams {
   double inv_freq[kMaxHeadDim / 2];
 };
 
-// kWide: kWideVecs head vectors per warp, loaded before the angles; else one,
-// loaded after them.
-template <int D, int kStyle, bool kVecLoad, bool kBatch, bool kWide>
+template <int D, int kStyle, bool kVecLoad, bool kBatch>
 __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p) {
   pdl_wait();  // kernels/pdl.h
   pdl_launch_dependents();
   constexpr int E = D / 32;  // elements per lane
   constexpr int kHalf = D / 2;
-  constexpr int kVpw = kWide ? kWideVecs : 1;
   __shared__ float s_cos[kHalf], s_sin[kHalf];
 
   const int m = int(blockIdx.x);
@@ -203,40 +199,105 @@ __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p
     k_cache = p.k_cache;
     v_cache = p.v_cache;
   }
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x >> 5);
-  const int n_vec = p.n_heads + 2 * p.n_kv_heads;
-  // The warp's j-th head vector (consecutive warps, consecutive vectors);
-  // q at column 0, k at q_dim, v at q_dim + kv_dim: vec * D in every case.
-  const auto vec_of = [&](int j) { return (int(blockIdx.y) * kVpw + j) * kWarps + warp; };
-  const auto src_of = [&](int vec) { return p.qkv + size_t(m) * p.ld + size_t(vec) * D + lane * E; };
-  float x[kVpw][E];
-  if constexpr (kWide) {
-#pragma unroll
-    for (int j = 0; j < kVpw; ++j)
-      if (vec_of(j) < n_vec) rope::load<E, kVecLoad>(x[j], src_of(vec_of(j)));
-  }
   rope::angles<D>(pos, p.inv_freq, s_cos, s_sin, int(threadIdx.x), kWarps * 32);
   __syncthreads();
 
-#pragma unroll
-  for (int j = 0; j < kVpw; ++j) {
-    const int vec = vec_of(j);
-    if (vec >= n_vec) return;  // the warp's later vectors are further on
-    // 0: query head, 1: key head, 2: value head
-    const int kind = vec < p.n_heads ? 0 : vec < p.n_heads + p.n_kv_heads ? 1 : 2;
-    const int h = kind == 0 ? vec : kind == 1 ? vec - p.n_heads : vec - p.n_heads - p.n_kv_heads;
-    if constexpr (!kWide) rope::load<E, kVecLoad>(x[j], src_of(vec));
-    if (kind < 2) rope::norm_rotate<D, kStyle>(x[j], kind == 0 ? p.q_norm : p.k_norm, p.eps, s_cos, s_sin, lane);
+  const int lane = int(threadIdx.x) & 31;
+  const int vec = int(blockIdx.y) * kWarps + int(threadIdx.x >> 5);
+  const int n_vec = p.n_heads + 2 * p.n_kv_heads;
+  if (vec >= n_vec) return;
+  // 0: query head, 1: key head, 2: value head
+  const int kind = vec < p.n_heads ? 0 : vec < p.n_heads + p.n_kv_heads ? 1 : 2;
+  const int h = kind == 0 ? vec : kind == 1 ? vec - p.n_heads : vec - p.n_heads - p.n_kv_heads;
+  // q at column 0, k at q_dim, v at q_dim + kv_dim: vec * D in every case.
+  const float* src = p.qkv + size_t(m) * p.ld + size_t(vec) * D + lane * E;
 
-    __half* dst;
-    if (kind == 0) {
-      dst = p.q_out + (size_t(m) * p.n_heads + h) * D;
-    } else {
-      if (pos < 0 || pos >= max_seq) return;  // out of the cache: nothing to write (nor for the later k / v)
-      dst = (kind == 1 ? k_cache : v_cache) + (size_t(h) * max_seq + pos) * D;
-    }
-    rope::store_half<E>(dst + lane * E, x[j]);
+  float x[E];
+  rope::load<E, kVecLoad>(x, src);
+  if (kind < 2) rope::norm_rotate<D, kStyle>(x, kind == 0 ? p.q_norm : p.k_norm, p.eps, s_cos, s_sin, lane);
+
+  __half* dst;
+  if (kind == 0) {
+    dst = p.q_out + (size_t(m) * p.n_heads + h) * D;
+  } else {
+    if (pos < 0 || pos >= max_seq) return;  // out of the cache: nothing to write
+    dst = (kind == 1 ? k_cache : v_cache) + (size_t(h) * max_seq + pos) * D;
   }
+  rope::store_half<E>(dst + lane * E, x);
+}
+
+// Where token m goes: its position and its (context's, layer's) cache (the
+// wide kernel; the narrow one has the same lines inline).
+template <int D, bool kBatch>
+__device__ __forceinline__ void token_target(const RopeParams& p, int m, int& pos, int& max_seq, __half*& k_cache,
+                                             __half*& v_cache) {
+  if constexpr (kBatch) {
+    const SeqDesc s = p.seqs[p.token_seq[m]];
+    pos = s.past + (m - s.start);
+    max_seq = s.max_seq;
+    const size_t layer_off = size_t(p.layer) * p.n_kv_heads * size_t(s.max_seq) * D;
+    k_cache = s.k_cache + layer_off;
+    v_cache = s.v_cache + layer_off;
+  } else {
+    pos = *p.past + m;
+    max_seq = p.max_seq;
+    k_cache = p.k_cache;
+    v_cache = p.v_cache;
+  }
+}
+
+// Head vector `vec` of token m, its lane's E elements loaded in x (the wide
+// kernel; the narrow one has the same lines inline): the
+// QK-norm and rotation of q and k heads, then the store (q: q_out; k, v: the
+// cache at pos, nothing where pos is out of the cache).
+template <int D, int kStyle>
+__device__ __forceinline__ void finish_vector(const RopeParams& p, float (&x)[D / 32], int vec, int m, int pos,
+                                              int max_seq, __half* k_cache, __half* v_cache, const float* s_cos,
+                                              const float* s_sin, int lane) {
+  // 0: query head, 1: key head, 2: value head
+  const int kind = vec < p.n_heads ? 0 : vec < p.n_heads + p.n_kv_heads ? 1 : 2;
+  const int h = kind == 0 ? vec : kind == 1 ? vec - p.n_heads : vec - p.n_heads - p.n_kv_heads;
+  if (kind < 2) rope::norm_rotate<D, kStyle>(x, kind == 0 ? p.q_norm : p.k_norm, p.eps, s_cos, s_sin, lane);
+
+  __half* dst;
+  if (kind == 0) {
+    dst = p.q_out + (size_t(m) * p.n_heads + h) * D;
+  } else {
+    if (pos < 0 || pos >= max_seq) return;  // out of the cache: nothing to write
+    dst = (kind == 1 ? k_cache : v_cache) + (size_t(h) * max_seq + pos) * D;
+  }
+  rope::store_half<D / 32>(dst + lane * (D / 32), x);
+}
+
+// The wide kernel (QkRopeArgs::wide): kWideVecs head vectors per warp (warp
+// w's: (blockIdx.y * kWideVecs + j) * kWarps + w, consecutive warps on
+// consecutive vectors), all loaded before the token's angles are made.
+template <int D, int kStyle, bool kVecLoad, bool kBatch>
+__global__ void __launch_bounds__(kWarps * 32) qk_rope_wide_kernel(const RopeParams p) {
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
+  constexpr int E = D / 32;  // elements per lane
+  __shared__ float s_cos[D / 2], s_sin[D / 2];
+
+  const int m = int(blockIdx.x);
+  int pos, max_seq;
+  __half *k_cache, *v_cache;
+  token_target<D, kBatch>(p, m, pos, max_seq, k_cache, v_cache);
+  const int lane = int(threadIdx.x) & 31;
+  const int n_vec = p.n_heads + 2 * p.n_kv_heads;
+  const auto vec_of = [&](int j) { return (int(blockIdx.y) * kWideVecs + j) * kWarps + int(threadIdx.x >> 5); };
+  // q at column 0, k at q_dim, v at q_dim + kv_dim: vec * D in every case.
+  const float* row = p.qkv + size_t(m) * p.ld + lane * E;
+  float x[kWideVecs][E];
+#pragma unroll
+  for (int j = 0; j < kWideVecs; ++j)
+    if (vec_of(j) < n_vec) rope::load<E, kVecLoad>(x[j], row + size_t(vec_of(j)) * D);
+  rope::angles<D>(pos, p.inv_freq, s_cos, s_sin, int(threadIdx.x), kWarps * 32);
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kWideVecs; ++j)
+    if (vec_of(j) < n_vec)
+      finish_vector<D, kStyle>(p, x[j], vec_of(j), m, pos, max_seq, k_cache, v_cache, s_cos, s_sin, lane);
 }
 
 template <int D, int kStyle, bool kVecLoad, bool kBatch>
@@ -244,10 +305,10 @@ cudaError_t launch(const RopeParams& p, bool wide, cudaStream_t stream) {
   const int n_vec = p.n_heads + 2 * p.n_kv_heads, per_block = kWarps * (wide ? kWideVecs : 1);
   const dim3 grid(unsigned(p.M), unsigned((n_vec + per_block - 1) / per_block));
   if (wide)
-    return launch_pdl(PdlKernel::kQkRope, qk_rope_kernel<D, kStyle, kVecLoad, kBatch, true>, grid,
-                      dim3(kWarps * 32), 0, stream, p);
-  return launch_pdl(PdlKernel::kQkRope, qk_rope_kernel<D, kStyle, kVecLoad, kBatch, false>, grid, dim3(kWarps * 32),
-                    0, stream, p);
+    return launch_pdl(PdlKernel::kQkRope, qk_rope_wide_kernel<D, kStyle, kVecLoad, kBatch>, grid, dim3(kWarps * 32),
+                      0, stream, p);
+  return launch_pdl(PdlKernel::kQkRope, qk_rope_kernel<D, kStyle, kVecLoad, kBatch>, grid, dim3(kWarps * 32), 0,
+                    stream, p);
 }
 
 template <int D, bool kBatch>
@@ -310,10 +371,7 @@ cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream) {
   for (int i = a.head_dim / 2; i < kMaxHeadDim / 2; ++i) p.inv_freq[i] = 0.0;
   // The wide kernel ($QSP_ROPE_WIDE=1: chunks of more than 16 tokens; off
   // until measured) or as the caller forces it.
-  static const bool wide_env = [] {
-    const char* v = std::getenv("QSP_ROPE_WIDE");
-    return v && std::strcmp(v, "1") == 0;
-  }();
+  static const bool wide_env = env_on("QSP_ROPE_WIDE");
   const bool wide = a.wide == 0 ? wide_env && a.M > 16 : a.wide == 2;
   if (batch)
     return a.head_dim == 128 ? dispatch<128, true>(p, a.rope_style, vec, wide, stream)
