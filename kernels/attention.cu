@@ -47,7 +47,6 @@
 
 #include "kernels/attention_internal.cuh"
 #include "kernels/attention_wgmma.h"
-#include "kernels/env.h"
 #include "kernels/kernels.h"
 #include "kernels/per_device.h"
 
@@ -227,18 +226,17 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
   // On Hopper the wgmma kernel (one 128-row block per SM, no split-KV)
   // whenever its grid fills >= 20% of a wave: measured 1.7-2.6x the mma.sync
   // kernels from 128 to 8192 tokens (bench/RESULTS.md). Short chunks and
-  // decode steps keep the split-KV mma.sync kernels. $QSP_ATTN_WGMMA_HALF=1
-  // (off until measured): >= half a wave. The 0.6B's 512-token chunk runs
-  // the wgmma kernel on 64 blocks of 132 SMs, 14 us a layer on an H100
-  // (twenty-third session), where the split-KV mma.sync kernel fills them.
-  static const bool half_wave = env_on("QSP_ATTN_WGMMA_HALF");
+  // decode steps keep the split-KV mma.sync kernels. A half-wave threshold
+  // (the 0.6B's 512-token chunk, 64 wgmma blocks on 132 SMs, moved to the
+  // split-KV mma.sync kernel) measured 14% slower on that pass (H100,
+  // twenty-fourth session): wgmma 59 TFLOPS against mma.sync's 36 there.
   const int group = a.n_heads / a.n_kv_heads;
   const int wg_gp = largest_divisor_at_most(group, attn90::kBlockM);
   const int64_t wg_blocks = int64_t((a.M + attn90::kBlockM / wg_gp - 1) / (attn90::kBlockM / wg_gp)) *
                             a.n_kv_heads * (group / wg_gp);
   const bool want_wgmma =
       a.path == AttnPath::kWgmma ||
-      (a.path == AttnPath::kAuto && wg_blocks * (half_wave ? 2 : 5) >= int64_t(n_sms));
+      (a.path == AttnPath::kAuto && wg_blocks * 5 >= int64_t(n_sms));
   if (want_wgmma) {
     int dev = 0;
     e = cudaGetDevice(&dev);

@@ -280,8 +280,8 @@ struct QkRopeArgs {
   int32_t layer = 0;
   // Tests and benchmarks: the wide kernel (four head vectors a warp, their
   // loads issued before the token's angles; the same bits): 0 as
-  // $QSP_ROPE_WIDE says (1: chunks of more than 16 tokens; off when unset,
-  // until measured), 1 no, 2 yes.
+  // $QSP_ROPE_WIDE says (chunks of more than 16 tokens unless it is 0),
+  // 1 no, 2 yes.
   int32_t wide = 0;
 };
 cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream);

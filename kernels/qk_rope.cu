@@ -150,12 +150,15 @@ namespace {
 
 using rope::kMaxHeadDim;
 constexpr int kWarps = 8;  // warps per block
-// Head vectors per warp of the wide kernel (QkRopeArgs::wide): a block then
-// covers 32 of a token's head vectors (the 0.6B's q | k | v: all of them),
-// its warps' loads issued before the angles. The narrow kernel (one vector
-// per warp, 2,048 blocks for 512 tokens of the 0.6B) is one dependent chain
-// per block, angles then loads, the angles made once per 8 vectors: 9 us
-// to move 12 MB on an H100 (bench/RESULTS.md, twenty-third session).
+// Head vectors per warp of the wide kernel (QkRopeArgs::wide; the default
+// for chunks of more than 16 tokens): a block then covers 32 of a token's
+// head vectors (the 0.6B's q | k | v: all of them), its warps' loads issued
+// before the angles, the angles made once per 32 vectors instead of 8.
+// Measured against the narrow kernel (H100, twenty-fourth session, two
+// alternating rounds): 0.6B 2048 tokens -1.8%, 512 -0.4%, 8B 512 -1.2%,
+// the rest within noise. The narrow kernel's 9 us a layer of the 0.6B's
+// 512-token pass (ncu) was not mostly its angles then: ncu flushes the
+// caches, and the fp32 q | k | v it reads comes from L2 in a real pass.
 constexpr int kWideVecs = 4;
 
 struct RopeParams {
@@ -174,60 +177,7 @@ struct RopeParams {
   double inv_freq[kMaxHeadDim / 2];
 };
 
-template <int D, int kStyle, bool kVecLoad, bool kBatch>
-__global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p) {
-  pdl_wait();  // kernels/pdl.h
-  pdl_launch_dependents();
-  constexpr int E = D / 32;  // elements per lane
-  constexpr int kHalf = D / 2;
-  __shared__ float s_cos[kHalf], s_sin[kHalf];
-
-  const int m = int(blockIdx.x);
-  // Where token m goes: its position and its (context's, layer's) cache.
-  int pos, max_seq;
-  __half *k_cache, *v_cache;
-  if constexpr (kBatch) {
-    const SeqDesc s = p.seqs[p.token_seq[m]];
-    pos = s.past + (m - s.start);
-    max_seq = s.max_seq;
-    const size_t layer_off = size_t(p.layer) * p.n_kv_heads * size_t(s.max_seq) * D;
-    k_cache = s.k_cache + layer_off;
-    v_cache = s.v_cache + layer_off;
-  } else {
-    pos = *p.past + m;
-    max_seq = p.max_seq;
-    k_cache = p.k_cache;
-    v_cache = p.v_cache;
-  }
-  rope::angles<D>(pos, p.inv_freq, s_cos, s_sin, int(threadIdx.x), kWarps * 32);
-  __syncthreads();
-
-  const int lane = int(threadIdx.x) & 31;
-  const int vec = int(blockIdx.y) * kWarps + int(threadIdx.x >> 5);
-  const int n_vec = p.n_heads + 2 * p.n_kv_heads;
-  if (vec >= n_vec) return;
-  // 0: query head, 1: key head, 2: value head
-  const int kind = vec < p.n_heads ? 0 : vec < p.n_heads + p.n_kv_heads ? 1 : 2;
-  const int h = kind == 0 ? vec : kind == 1 ? vec - p.n_heads : vec - p.n_heads - p.n_kv_heads;
-  // q at column 0, k at q_dim, v at q_dim + kv_dim: vec * D in every case.
-  const float* src = p.qkv + size_t(m) * p.ld + size_t(vec) * D + lane * E;
-
-  float x[E];
-  rope::load<E, kVecLoad>(x, src);
-  if (kind < 2) rope::norm_rotate<D, kStyle>(x, kind == 0 ? p.q_norm : p.k_norm, p.eps, s_cos, s_sin, lane);
-
-  __half* dst;
-  if (kind == 0) {
-    dst = p.q_out + (size_t(m) * p.n_heads + h) * D;
-  } else {
-    if (pos < 0 || pos >= max_seq) return;  // out of the cache: nothing to write
-    dst = (kind == 1 ? k_cache : v_cache) + (size_t(h) * max_seq + pos) * D;
-  }
-  rope::store_half<E>(dst + lane * E, x);
-}
-
-// Where token m goes: its position and its (context's, layer's) cache (the
-// wide kernel; the narrow one has the same lines inline).
+// Where token m goes: its position and its (context's, layer's) cache.
 template <int D, bool kBatch>
 __device__ __forceinline__ void token_target(const RopeParams& p, int m, int& pos, int& max_seq, __half*& k_cache,
                                              __half*& v_cache) {
@@ -246,8 +196,7 @@ __device__ __forceinline__ void token_target(const RopeParams& p, int m, int& po
   }
 }
 
-// Head vector `vec` of token m, its lane's E elements loaded in x (the wide
-// kernel; the narrow one has the same lines inline): the
+// Head vector `vec` of token m, its lane's E elements loaded in x: the
 // QK-norm and rotation of q and k heads, then the store (q: q_out; k, v: the
 // cache at pos, nothing where pos is out of the cache).
 template <int D, int kStyle>
@@ -267,6 +216,31 @@ __device__ __forceinline__ void finish_vector(const RopeParams& p, float (&x)[D 
     dst = (kind == 1 ? k_cache : v_cache) + (size_t(h) * max_seq + pos) * D;
   }
   rope::store_half<D / 32>(dst + lane * (D / 32), x);
+}
+
+// The narrow kernel: one head vector per warp (chunks of up to 16 tokens:
+// decode steps), the token's angles first.
+template <int D, int kStyle, bool kVecLoad, bool kBatch>
+__global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p) {
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
+  constexpr int E = D / 32;  // elements per lane
+  __shared__ float s_cos[D / 2], s_sin[D / 2];
+
+  const int m = int(blockIdx.x);
+  int pos, max_seq;
+  __half *k_cache, *v_cache;
+  token_target<D, kBatch>(p, m, pos, max_seq, k_cache, v_cache);
+  rope::angles<D>(pos, p.inv_freq, s_cos, s_sin, int(threadIdx.x), kWarps * 32);
+  __syncthreads();
+
+  const int lane = int(threadIdx.x) & 31;
+  const int vec = int(blockIdx.y) * kWarps + int(threadIdx.x >> 5);
+  if (vec >= p.n_heads + 2 * p.n_kv_heads) return;
+  // q at column 0, k at q_dim, v at q_dim + kv_dim: vec * D in every case.
+  float x[E];
+  rope::load<E, kVecLoad>(x, p.qkv + size_t(m) * p.ld + size_t(vec) * D + lane * E);
+  finish_vector<D, kStyle>(p, x, vec, m, pos, max_seq, k_cache, v_cache, s_cos, s_sin, lane);
 }
 
 // The wide kernel (QkRopeArgs::wide): kWideVecs head vectors per warp (warp
@@ -369,9 +343,9 @@ cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream) {
   const double* tab = rope::inv_freq_table(a.theta, a.head_dim);
   for (int i = 0; i < a.head_dim / 2; ++i) p.inv_freq[i] = tab[i];
   for (int i = a.head_dim / 2; i < kMaxHeadDim / 2; ++i) p.inv_freq[i] = 0.0;
-  // The wide kernel ($QSP_ROPE_WIDE=1: chunks of more than 16 tokens; off
-  // until measured) or as the caller forces it.
-  static const bool wide_env = env_on("QSP_ROPE_WIDE");
+  // The wide kernel for chunks of more than 16 tokens ($QSP_ROPE_WIDE=0:
+  // never), or as the caller forces it.
+  static const bool wide_env = env_default_on("QSP_ROPE_WIDE");
   const bool wide = a.wide == 0 ? wide_env && a.M > 16 : a.wide == 2;
   if (batch)
     return a.head_dim == 128 ? dispatch<128, true>(p, a.rope_style, vec, wide, stream)
