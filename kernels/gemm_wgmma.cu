@@ -143,8 +143,9 @@ __device__ unsigned long long g_probe[kProbeSlots];
 // ---- The kernel ------------------------------------------------------------------------------
 // MinB: blocks per SM the registers and shared memory are budgeted for (2:
 // the 64-token tile only, Args::per_sm). kPair: the consumers take two K
-// chunks per round (the 64-token tile only, Args::pair).
-template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB, bool kPair>
+// chunks per round (the 64-token tile only, Args::pair). kQk: the QK-norm +
+// RoPE + KV-write epilogue (kStoreF32 only, Args::qk_table).
+template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB, bool kPair, bool kQk = false>
 __global__ void __launch_bounds__(kThreads, MinB)
     wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ WMaps wm, const Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -409,17 +410,43 @@ __global__ void __launch_bounds__(kThreads, MinB)
     }
     return x;
   };
-  for (int e = threadIdx.x; e < rows * kQuads; e += 128 * kConsumers) {
-    const int ml = ml0 + e / kQuads, c = (e % kQuads) * 4;
-    const int m = m0 + ml;
-    if (m >= a.o.M) break;  // rows only grow with e
-    float4 x = load4(ml * kLdr + c);
-    if (kDual) {
-      const float4 u = load4(ml * kLdr + kRealCols + c);
-      x.x = silu(x.x) * u.x, x.y = silu(x.y) * u.y, x.z = silu(x.z) * u.z, x.w = silu(x.w) * u.w;
+  if constexpr (kQk) {
+    // The block's 128 columns are one head vector of every token row (Q | K
+    // | V's boundaries are multiples of the 128-wide heads): one consumer
+    // warp per row, lane l with elements 4l .. 4l + 3, exactly qk_rope's
+    // layout for head_dim 128, and its math (kernels/rope.cuh) with the
+    // row's angles from the pass's table (rope_table).
+    static_assert(!kDual && kQuads == 32, "a warp's row is one head of 128");
+    const int vec = (a.qk_col0 + n0) / kBlockRows;
+    for (int ml = ml0 + warp; ml < ml0 + rows; ml += 4 * kConsumers) {  // consumer warps 0 .. 7
+      const int m = m0 + ml;
+      if (m >= a.o.M) break;  // warp-uniform
+      const float4 v4 = load4(ml * kLdr + 4 * lane);
+      float x[4] = {v4.x, v4.y, v4.z, v4.w};
+      int pos, max_seq;
+      __half *k_cache, *v_cache;
+      rope::token_target<kBlockRows, false>(a.qk, m, pos, max_seq, k_cache, v_cache);  // one context
+      const float* angles = a.qk_table + size_t(m) * kBlockRows;  // cos, then sin
+      if (a.qk_style == QSP_ROPE_NEOX)
+        rope::finish_vector<kBlockRows, QSP_ROPE_NEOX>(a.qk, x, vec, m, pos, max_seq, k_cache, v_cache, angles,
+                                                       angles + kBlockRows / 2, lane);
+      else
+        rope::finish_vector<kBlockRows, QSP_ROPE_INTERLEAVED>(a.qk, x, vec, m, pos, max_seq, k_cache, v_cache,
+                                                              angles, angles + kBlockRows / 2, lane);
     }
-    store2<EP>(a.o, m, n0 + c, x.x, x.y);
-    store2<EP>(a.o, m, n0 + c + 2, x.z, x.w);
+  } else {
+    for (int e = threadIdx.x; e < rows * kQuads; e += 128 * kConsumers) {
+      const int ml = ml0 + e / kQuads, c = (e % kQuads) * 4;
+      const int m = m0 + ml;
+      if (m >= a.o.M) break;  // rows only grow with e
+      float4 x = load4(ml * kLdr + c);
+      if (kDual) {
+        const float4 u = load4(ml * kLdr + kRealCols + c);
+        x.x = silu(x.x) * u.x, x.y = silu(x.y) * u.y, x.z = silu(x.z) * u.z, x.w = silu(x.w) * u.w;
+      }
+      store2<EP>(a.o, m, n0 + c, x.x, x.y);
+      store2<EP>(a.o, m, n0 + c + 2, x.z, x.w);
+    }
   }
 #if defined(QSP_WGMMA_PROBE)
   probe[kProbeEpiStore] = clock64() - probe_sync;
@@ -438,10 +465,10 @@ __global__ void __launch_bounds__(kThreads, MinB)
 }
 
 // ---- Host side ------------------------------------------------------------------------------
-template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB, bool kPair>
+template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB, bool kPair, bool kQk>
 cudaError_t launch_one(const Args& a, const CUtensorMap& map, const WMaps& wm, dim3 grid, cudaStream_t stream) {
   using L = Layout<F, BT, MinB>;
-  auto kernel = wgmma_kernel<F, BT, EP, kSplit, MinB, kPair>;
+  auto kernel = wgmma_kernel<F, BT, EP, kSplit, MinB, kPair, kQk>;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
@@ -473,7 +500,7 @@ bool encode_wmaps(const Args& a, bool dual, WMaps& m) {
   return true;
 }
 
-template <WFormat F, int BT, Epilogue EP, int MinB, bool kPair = false>
+template <WFormat F, int BT, Epilogue EP, int MinB, bool kPair = false, bool kQk = false>
 cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   CUtensorMap map;
   if (!sm90::encode_f16_2d(&map, a.x, uint64_t(a.K), uint64_t(a.o.M), uint64_t(a.ldx) * 2, BT)) {
@@ -492,14 +519,15 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   args.chunks_per_split = a.KC;
   if (splits > 1) {
     args.chunks_per_split = (a.KC + splits - 1) / splits;
-    const cudaError_t e = launch_one<F, BT, EP, true, MinB, kPair>(args, map, wm, dim3(grid.x, grid.y, splits), stream);
+    const cudaError_t e =
+        launch_one<F, BT, EP, true, MinB, kPair, kQk>(args, map, wm, dim3(grid.x, grid.y, splits), stream);
     if (e == cudaSuccess) return cudaGetLastError();
     // A cluster that cannot be scheduled is a launch-configuration error (not
     // sticky): run unsplit rather than fail the forward pass.
     (void)cudaGetLastError();
     args.chunks_per_split = a.KC;
   }
-  return launch_one<F, BT, EP, false, MinB, kPair>(args, map, wm, grid, stream);
+  return launch_one<F, BT, EP, false, MinB, kPair, kQk>(args, map, wm, grid, stream);
 }
 
 }  // namespace
@@ -590,6 +618,11 @@ cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int split
   if (tok_tile != kTokTileLarge && tok_tile != kTokTileSmall && tok_tile != kTokTileTiny) return cudaErrorInvalidValue;
   if (a.per_sm != 1 && !(a.per_sm == 2 && tok_tile == kTokTileTiny)) return cudaErrorInvalidValue;
   if (splits != 1 && splits != 2 && splits != 4 && splits != 8) return cudaErrorInvalidValue;
+  // The fused epilogue: 128-wide heads on 128-row blocks, the tiny tile with
+  // two chunks a round only (the default; the one-chunk form is not built).
+  if (a.qk_table && (ep != Epilogue::kStoreF32 || a.qk_col0 % kBlockRows != 0 ||
+                     (tok_tile == kTokTileTiny && !a.pair) || a.o.N % kBlockRows != 0))
+    return cudaErrorInvalidValue;
 
   return dispatch_format(fmt, cudaErrorNotSupported, [&](auto f) {
     using T = typename decltype(f)::T;
@@ -599,6 +632,14 @@ cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int split
       constexpr WFormat F = decltype(f)::kFormat;
       return dispatch_epilogue(ep, [&](auto e) {
         constexpr Epilogue EP = decltype(e)::value;
+        if constexpr (EP == Epilogue::kStoreF32) {
+          if (a.qk_table) {  // the QK-norm + RoPE + KV-write epilogue
+            if (tok_tile == kTokTileLarge) return launch<F, kTokTileLarge, EP, 1, false, true>(a, splits, stream);
+            if (tok_tile == kTokTileSmall) return launch<F, kTokTileSmall, EP, 1, false, true>(a, splits, stream);
+            return a.per_sm == 2 ? launch<F, kTokTileTiny, EP, 2, true, true>(a, splits, stream)
+                                 : launch<F, kTokTileTiny, EP, 1, true, true>(a, splits, stream);
+          }
+        }
         if (tok_tile == kTokTileLarge) return launch<F, kTokTileLarge, EP, 1>(a, splits, stream);
         if (tok_tile == kTokTileSmall) return launch<F, kTokTileSmall, EP, 1>(a, splits, stream);
         if (a.per_sm == 2)
