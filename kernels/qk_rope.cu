@@ -70,7 +70,8 @@ __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p
   // q at column 0, k at q_dim, v at q_dim + kv_dim: vec * D in every case.
   float x[E];
   rope::load<E, kVecLoad>(x, p.qkv + size_t(m) * p.ld + size_t(vec) * D + lane * E);
-  rope::finish_vector<D, kStyle>(p.o, x, vec, m, pos, max_seq, k_cache, v_cache, s_cos, s_sin, lane);
+  rope::finish_vector<D, kStyle>(p.o, x, vec, m, pos, max_seq, k_cache, v_cache, rope::SharedAngles{s_cos, s_sin},
+                                 lane);
 }
 
 // The wide kernel (QkRopeArgs::wide): kWideVecs head vectors per warp (warp
@@ -101,7 +102,8 @@ __global__ void __launch_bounds__(kWarps * 32) qk_rope_wide_kernel(const RopePar
 #pragma unroll
   for (int j = 0; j < kWideVecs; ++j)
     if (vec_of(j) < n_vec)
-      rope::finish_vector<D, kStyle>(p.o, x[j], vec_of(j), m, pos, max_seq, k_cache, v_cache, s_cos, s_sin, lane);
+      rope::finish_vector<D, kStyle>(p.o, x[j], vec_of(j), m, pos, max_seq, k_cache, v_cache,
+                                     rope::SharedAngles{s_cos, s_sin}, lane);
 }
 
 // The fused epilogue's table (rope_table): row m of `table` is the cos, then

@@ -87,11 +87,40 @@ __device__ __forceinline__ void load(float (&x)[E], const float* src) {
   }
 }
 
-// QK-norm with weight nw (nullptr: none; RMS over the D elements, eps),
-// then the rotation by the angles in s_cos / s_sin, in place.
+// Where a lane's element e finds its angle: pair i of the D / 2 (NEOX: i
+// and i + D/2 in lanes l and l + 16; interleaved: 2i and 2i + 1 in a lane,
+// read at even e).
 template <int D, int kStyle>
-__device__ __forceinline__ void norm_rotate(float (&x)[D / 32], const float* nw, float eps, const float* s_cos,
-                                            const float* s_sin, int lane) {
+__device__ __forceinline__ int angle_index(int lane, int e) {
+  constexpr int E = D / 32;
+  return kStyle == QSP_ROPE_NEOX ? (lane & 15) * E + e : (lane * E + e) / 2;
+}
+
+// The angles of a token in shared memory (qk_rope's kernels: the block's
+// token), as norm_rotate reads them: ang(e, i, c, s).
+struct SharedAngles {
+  const float* s_cos;
+  const float* s_sin;
+  __device__ __forceinline__ void operator()(int, int i, float& c, float& s) const {
+    c = s_cos[i];
+    s = s_sin[i];
+  }
+};
+// The angles of a token already in the lane's registers, by element e (the
+// fused epilogue: loaded rows ahead).
+template <int E>
+struct LaneAngles {
+  float c[E], s[E];
+  __device__ __forceinline__ void operator()(int e, int, float& cv, float& sv) const {
+    cv = c[e];
+    sv = s[e];
+  }
+};
+
+// QK-norm with weight nw (nullptr: none; RMS over the D elements, eps),
+// then the rotation by the angles ang gives, in place.
+template <int D, int kStyle, class Ang>
+__device__ __forceinline__ void norm_rotate(float (&x)[D / 32], const float* nw, float eps, const Ang& ang, int lane) {
   constexpr int E = D / 32;
   if (nw) {
     float ss = 0.0f;
@@ -109,16 +138,16 @@ __device__ __forceinline__ void norm_rotate(float (&x)[D / 32], const float* nw,
 #pragma unroll
     for (int e = 0; e < E; ++e) {
       const float other = __shfl_xor_sync(0xffffffffu, x[e], 16);
-      const int i = (lane & 15) * E + e;
-      const float c = s_cos[i], s = s_sin[i];
+      float c, s;
+      ang(e, angle_index<D, kStyle>(lane, e), c, s);
       x[e] = first ? x[e] * c - other * s   // a' = a cos - b sin
                    : other * s + x[e] * c;  // b' = a sin + b cos
     }
   } else {
 #pragma unroll
     for (int e = 0; e < E; e += 2) {
-      const int i = (lane * E + e) / 2;
-      const float c = s_cos[i], s = s_sin[i];
+      float c, s;
+      ang(e, angle_index<D, kStyle>(lane, e), c, s);
       const float a = x[e], b = x[e + 1];
       x[e] = a * c - b * s;
       x[e + 1] = a * s + b * c;
@@ -199,14 +228,14 @@ __device__ __forceinline__ void token_target(const Out& p, int m, int& pos, int&
 // Head vector `vec` of token m, its lane's E elements loaded in x: the
 // QK-norm and rotation of q and k heads, then the store (q: q_out; k, v: the
 // cache at pos, nothing where pos is out of the cache).
-template <int D, int kStyle>
+template <int D, int kStyle, class Ang>
 __device__ __forceinline__ void finish_vector(const Out& p, float (&x)[D / 32], int vec, int m, int pos,
-                                              int max_seq, __half* k_cache, __half* v_cache, const float* s_cos,
-                                              const float* s_sin, int lane) {
+                                              int max_seq, __half* k_cache, __half* v_cache, const Ang& ang,
+                                              int lane) {
   // 0: query head, 1: key head, 2: value head
   const int kind = vec < p.n_heads ? 0 : vec < p.n_heads + p.n_kv_heads ? 1 : 2;
   const int h = kind == 0 ? vec : kind == 1 ? vec - p.n_heads : vec - p.n_heads - p.n_kv_heads;
-  if (kind < 2) norm_rotate<D, kStyle>(x, kind == 0 ? p.q_norm : p.k_norm, p.eps, s_cos, s_sin, lane);
+  if (kind < 2) norm_rotate<D, kStyle>(x, kind == 0 ? p.q_norm : p.k_norm, p.eps, ang, lane);
 
   __half* dst;
   if (kind == 0) {
