@@ -214,8 +214,8 @@ struct GemmArgs {
   float norm_in_eps = 0.0f;
   // Optional (else nullptr), with ep == kStoreF32 over the whole of Q | K | V
   // (qk->qkv == out_f, qk->ld == ldo, qk->M == M, N == (n_heads + 2 *
-  // n_kv_heads) * head_dim; one context: qk->seqs == nullptr) and for
-  // QSP_FUSE_QK (off until measured): gemm() also does qk_rope(*qk)'s work, so that
+  // n_kv_heads) * head_dim; one context: qk->seqs == nullptr; the CUDA
+  // backend's QSP_FUSE_QK): gemm() also does qk_rope(*qk)'s work, so that
   // out_f is scratch afterwards. Where the Hopper GEMM runs (M > 16) with
   // head_dim 128 and qk_table (rope_table(*qk), these M tokens) is given, in
   // its epilogue: a block's 128 weight rows are one head, one warp per token

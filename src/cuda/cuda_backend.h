@@ -289,10 +289,10 @@ class CudaBackend final : public Backend {
   int32_t qkv_ld_ = 0;
   bool norm_in_ = true;  // norm_in(); QSP_NORM_IN=0: off
   bool poison_ = false;  // test aid: NaN-fill scratch, logits and the KV slots a chunk is about to write
-  // QSP_FUSE_QK=1 (off until measured): QK-norm + RoPE + KV write in the
-  // Q | K | V GEMM's epilogue (kern::GemmArgs::qk) where the Hopper GEMM
-  // runs it, with the angles made once per pass (kern::rope_table). Single
-  // contexts only (a batched pass keeps qk_rope).
+  // QSP_FUSE_QK=1 (off: measured slower, bench/RESULTS.md): QK-norm + RoPE
+  // + KV write in the Q | K | V GEMM's epilogue (kern::GemmArgs::qk) where
+  // the Hopper GEMM runs it, with the angles made once per pass
+  // (kern::rope_table). Single contexts only (a batched pass keeps qk_rope).
   bool fuse_qk_ = false;
   std::vector<std::unique_ptr<Rank>> ranks_;  // one per device
   std::vector<cudaStream_t> streams_;         // the ranks' streams and devices, in rank order (graph captures)
