@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, MinB)
     // (2048) slower than the GEMM and qk_rope apart.
     static_assert(!kDual && kQuads == 32, "a warp's row is one head of 128");
     constexpr int kRows = 4, kStep = 4 * kConsumers;  // consumer warps 0 .. 7
-    const int vec = (a.qk_col0 + n0) / kBlockRows;
+    const int vec = n0 / kBlockRows;
     const bool neox = a.qk_style == QSP_ROPE_NEOX;
     const int past = *a.qk.past;
     for (int ml = ml0 + warp; ml < ml0 + rows; ml += kRows * kStep) {
@@ -647,7 +647,7 @@ cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int split
   if (splits != 1 && splits != 2 && splits != 4 && splits != 8) return cudaErrorInvalidValue;
   // The fused epilogue: 128-wide heads on 128-row blocks, the tiny tile with
   // two chunks a round only (the default; the one-chunk form is not built).
-  if (a.qk_table && (ep != Epilogue::kStoreF32 || a.qk_col0 % kBlockRows != 0 ||
+  if (a.qk_table && (ep != Epilogue::kStoreF32 ||
                      (tok_tile == kTokTileTiny && !a.pair) || a.o.N % kBlockRows != 0))
     return cudaErrorInvalidValue;
 

@@ -55,11 +55,10 @@ struct Args {
   // cost. On unless $QSP_WGMMA_PAIR=0 (GemmArgs::wg_pair).
   int32_t pair = 0;
   // The QK-norm + RoPE + KV-write epilogue (GemmArgs::qk; kStoreF32 only):
-  // qk_table != nullptr turns it on. The launch's column 0 is column qk_col0
-  // of Q | K | V, whose heads are 128 wide; o.out_f is not written.
+  // qk_table != nullptr turns it on. The launch's columns are all of Q | K
+  // | V, whose heads are 128 wide; o.out_f is not written.
   rope::Out qk;
   const float* qk_table = nullptr;
-  int32_t qk_col0 = 0;
   int32_t qk_style = 0;  // QSP_ROPE_NEOX or QSP_ROPE_INTERLEAVED
 };
 
