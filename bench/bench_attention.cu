@@ -151,8 +151,10 @@ int main(int argc, char** argv) {
                 kv_bytes / (med * 1e-3) / 1e9);
     if (c.M > 1) {
       const double mma = time_path(qsp::kern::AttnPath::kMma), wg = time_path(qsp::kern::AttnPath::kWgmma);
+      const double wg1 = time_path(qsp::kern::AttnPath::kWgmmaOne);
       std::printf("%-8s %6d %6d    paths: mma.sync %.1f TFLOPS", c.kind, c.M, c.past, flops / (mma * 1e-3) / 1e12);
       if (wg > 0) std::printf(", wgmma %.1f TFLOPS", flops / (wg * 1e-3) / 1e12);
+      if (wg1 > 0) std::printf(", wgmma one warpgroup %.1f TFLOPS", flops / (wg1 * 1e-3) / 1e12);
       std::printf("\n");
     }
   }

@@ -47,6 +47,7 @@
 
 #include "kernels/attention_internal.cuh"
 #include "kernels/attention_wgmma.h"
+#include "kernels/env.h"
 #include "kernels/kernels.h"
 #include "kernels/per_device.h"
 
@@ -202,7 +203,7 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
       return cudaErrorInvalidValue;
     if (!(a.scale > 0.0f) || !std::isfinite(a.scale) || !aligned16(a.q) || !aligned16(a.out))
       return cudaErrorInvalidValue;
-    if (a.path == AttnPath::kWgmma) return cudaErrorNotSupported;
+    if (a.path == AttnPath::kWgmma || a.path == AttnPath::kWgmmaOne) return cudaErrorNotSupported;
     return attn::run_mma(a, make_batch_plan(a.max_piece, a.n_heads, a.n_kv_heads, a.n_tiles), stream);
   }
   if (!a.q || !a.k_cache || !a.v_cache || !a.out || !a.past) return cudaErrorInvalidValue;
@@ -222,7 +223,9 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
   // Without (enough) scratch the plan simply splits less, down to not at all.
   const size_t scratch = a.scratch && aligned16(a.scratch) ? a.scratch_bytes : 0;
   const Plan pl = make_plan(a.M, a.n_heads, a.n_kv_heads, a.head_dim, a.max_seq, n_sms, scratch);
-  if (a.path != AttnPath::kAuto && a.path != AttnPath::kMma && a.path != AttnPath::kWgmma) return cudaErrorInvalidValue;
+  if (a.path != AttnPath::kAuto && a.path != AttnPath::kMma && a.path != AttnPath::kWgmma &&
+      a.path != AttnPath::kWgmmaOne)
+    return cudaErrorInvalidValue;
   // On Hopper the wgmma kernel (one 128-row block per SM, no split-KV)
   // whenever its grid fills >= 20% of a wave: measured 1.7-2.6x the mma.sync
   // kernels from 128 to 8192 tokens (bench/RESULTS.md). Short chunks and
@@ -230,12 +233,18 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
   // (the 0.6B's 512-token chunk, 64 wgmma blocks on 132 SMs, moved to the
   // split-KV mma.sync kernel) measured 14% slower on that pass (H100,
   // twenty-fourth session): wgmma 59 TFLOPS against mma.sync's 36 there.
+  // Where that 128-row grid fills at most half a wave, blocks of one
+  // consumer warpgroup (64 rows: twice the blocks, each alone on its SM)
+  // with $QSP_ATTN_WG_ONE=1 (off: not yet measured).
   const int group = a.n_heads / a.n_kv_heads;
   const int wg_gp = largest_divisor_at_most(group, attn90::kBlockM);
   const int64_t wg_blocks = int64_t((a.M + attn90::kBlockM / wg_gp - 1) / (attn90::kBlockM / wg_gp)) *
                             a.n_kv_heads * (group / wg_gp);
+  static const bool one_auto = env_on("QSP_ATTN_WG_ONE");
+  const bool want_one = a.path == AttnPath::kWgmmaOne ||
+                        (a.path == AttnPath::kAuto && one_auto && wg_blocks * 2 <= int64_t(n_sms));
   const bool want_wgmma =
-      a.path == AttnPath::kWgmma ||
+      a.path == AttnPath::kWgmma || a.path == AttnPath::kWgmmaOne ||
       (a.path == AttnPath::kAuto && wg_blocks * 5 >= int64_t(n_sms));
   if (want_wgmma) {
     int dev = 0;
@@ -253,11 +262,12 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
       w.n_kv_heads = a.n_kv_heads;
       w.max_seq = a.max_seq;
       w.group = group;
-      w.gp = wg_gp;
+      w.block_m = want_one ? attn90::kBlockMOne : attn90::kBlockM;
+      w.gp = largest_divisor_at_most(group, w.block_m);
       w.scale_log2 = a.scale * 1.4426950408889634f;
       return attn90::run(w, stream);
     }
-    if (a.path == AttnPath::kWgmma) return cudaErrorNotSupported;
+    if (a.path == AttnPath::kWgmma || a.path == AttnPath::kWgmmaOne) return cudaErrorNotSupported;
   }
   return attn::run_mma(a, pl, stream);
 }

@@ -6,7 +6,12 @@
 //
 // Block: two consumer warpgroups of 64 rows and one producer warpgroup
 // (384 threads; setmaxnreg moves registers from the producer, 40, to the
-// consumers, 232).
+// consumers, 232). Or (Args::block_m = kBlockMOne) one consumer warpgroup and
+// the producer (256 threads, no setmaxnreg: ptxas has 255 registers a
+// thread): twice the blocks for short prompts, whose two-warpgroup grid
+// leaves SMs idle while its last token blocks (the most keys) run; each
+// such block is alone on its SM, so its tiles' S, softmax and P V run
+// without the other warpgroup's share of the tensor cores.
 //  - Producer: one thread streams K and V tiles of 128 keys through a
 //    two-stage pipeline with TMA (two boxes of 64 columns each, 128-byte
 //    swizzle), K and V completing on separate mbarriers so S = Q K^T starts
@@ -46,37 +51,47 @@ namespace {
 using namespace sm90;
 
 constexpr int D = kHeadDim;
-constexpr int kConsumers = 2;
-constexpr int kThreads = 128 * (kConsumers + 1);
-constexpr int kConsumerThreads = 128 * kConsumers;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 constexpr int kStages = 2;
 constexpr int kBox = kBlockN * 128;                // one TMA box: [kBlockN keys][64 columns]
 constexpr int kTile = 2 * kBox;                    // a K or V tile
 constexpr int kOffK = 0, kOffV = kStages * kTile, kOffQ = 2 * kStages * kTile;
-constexpr int kQHalf = kBlockM * 128;             // Q: two halves [kBlockM rows][64 columns]
-constexpr int kOffBar = kOffQ + 2 * kQHalf;
-constexpr int kSmemBytes = 1024 + kOffBar + 3 * kStages * 8;  // alignment slack, K, V, Q, mbarriers
-static_assert(kBlockM == 64 * kConsumers, "one m64 slice per consumer warpgroup");
 static_assert(D == 128 && kBlockN == 128, "the MMA shapes below are m64n128");
+
+// The block of kConsumers consumer warpgroups (kBlockM rows, the default, or
+// kBlockMOne): its threads and shared memory.
+template <int kConsumers>
+struct Shape {
+  static constexpr int kRows = 64 * kConsumers;           // one m64 slice per consumer warpgroup
+  static constexpr int kThreads = 128 * (kConsumers + 1);  // + the producer warpgroup
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kQHalf = kRows * 128;               // Q: two halves [kRows rows][64 columns]
+  static constexpr int kOffBar = kOffQ + 2 * kQHalf;
+  static constexpr int kSmemBytes = 1024 + kOffBar + 3 * kStages * 8;  // alignment slack, K, V, Q, mbarriers
+};
+static_assert(Shape<2>::kRows == kBlockM && Shape<1>::kRows == kBlockMOne, "the header's block sizes");
 
 // Byte offset of 16-byte chunk c (columns 8c .. 8c+7) of Q row r in the
 // canonical 128-byte-swizzle K-major layout wgmma reads (the layout TMA
 // writes for K and V): columns 0-63 and 64-127 in separate halves, rows of
 // 128 bytes, chunk index XOR row % 8 inside each 1024-byte atom.
+template <int kQHalf>
 __device__ __forceinline__ uint32_t q_chunk(int r, int c) {
   return uint32_t((c >> 3) * kQHalf + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-__global__ void __launch_bounds__(kThreads, 1)
+template <int kConsumers>
+__global__ void __launch_bounds__(Shape<kConsumers>::kThreads, 1)
     attn_wgmma_kernel(const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap, const Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = Shape<kConsumers>;
+  constexpr int kBlockM = S::kRows, kConsumerThreads = S::kConsumerThreads, kQHalf = S::kQHalf;
   pdl_wait();  // kernels/pdl.h
   pdl_launch_dependents();
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
   const uint32_t sK = base + kOffK, sV = base + kOffV, sQ = base + kOffQ;
-  const uint32_t full_k = base + kOffBar, full_v = full_k + 8 * kStages, empty = full_v + 8 * kStages;
+  const uint32_t full_k = base + S::kOffBar, full_v = full_k + 8 * kStages, empty = full_v + 8 * kStages;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
   // Block coordinates, the last token block first.
@@ -102,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp >= 4 * kConsumers) {
     // ---- Producer
-    setmaxnreg_dec<kProducerRegs>();
+    if constexpr (kConsumers > 1) setmaxnreg_dec<kProducerRegs>();
     if (warp != 4 * kConsumers || lane != 0) return;
     const int row0 = kvh * a.max_seq;
     for (int j = 0; j < n_tiles; ++j) {
@@ -120,8 +135,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- Consumers
-  setmaxnreg_inc<kConsumerRegs>();
-  const int ctid = threadIdx.x;  // 0 .. 255
+  if constexpr (kConsumers > 1) setmaxnreg_inc<kConsumerRegs>();  // one warpgroup: ptxas has 255 a thread
+  const int ctid = threadIdx.x;  // 0 .. kConsumerThreads - 1
   const int warp_row0 = warp * 16;  // warpgroup warp / 4, its warp warp % 4: rows 64 (warp / 4) + 16 (warp % 4)
   const uint32_t sQs = sQ + (warp >> 2) * 64 * 128;  // this warpgroup's 64 Q rows (8 swizzle atoms)
 
@@ -129,13 +144,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   // tile's S = Q K^T reads it from there (SS wgmma).
   {
     const int chunk = ctid % 16;
+    constexpr int kRowsPerPass = kConsumerThreads / 16;
 #pragma unroll
-    for (int i = 0; i < kBlockM / 16; ++i) {
-      const int r = ctid / 16 + 16 * i;
+    for (int i = 0; i < kBlockM / kRowsPerPass; ++i) {
+      const int r = ctid / 16 + kRowsPerPass * i;
       const int t = t0 + r / a.gp;
       const bool ok = r < rows_used && t < a.M;
       const __half* src = a.q + (size_t(ok ? t : 0) * a.n_heads + h0 + r % a.gp) * D + chunk * 8;
-      cp_async_cg_16<0, 0>(sQ + q_chunk(r, chunk), src, ok);
+      cp_async_cg_16<0, 0>(sQ + q_chunk<kQHalf>(r, chunk), src, ok);
     }
     cp_async_commit();
     cp_async_wait<0>();
@@ -281,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt) {
       const uint32_t v = pack_half2(o[dt * 4 + 2 * hr] * inv[hr], o[dt * 4 + 2 * hr + 1] * inv[hr]);
-      const uint32_t addr = sQ + q_chunk(r, dt) + (lane & 3) * 4;
+      const uint32_t addr = sQ + q_chunk<kQHalf>(r, dt) + (lane & 3) * 4;
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
     }
   }
@@ -294,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint4 v;
     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(sQ + q_chunk(r, chunk))
+                 : "r"(sQ + q_chunk<kQHalf>(r, chunk))
                  : "memory");
     *reinterpret_cast<uint4*>(a.out + (size_t(t) * a.n_heads + h0 + r % a.gp) * D + chunk * 8) = v;
   }
@@ -306,36 +322,47 @@ __global__ void __launch_bounds__(kThreads, 1)
 bool available(int dev) {
 #if defined(QSP_WGMMA)
   static PerDevice once;
-  return runs_on(once, dev, attn_wgmma_kernel);
+  return runs_on(once, dev, attn_wgmma_kernel<2>);  // both block sizes are sm_90a code of this file
 #else
   (void)dev;
   return false;
 #endif
 }
 
+#if defined(QSP_WGMMA)
+namespace {
+template <int kConsumers>
+cudaError_t launch(const Args& a, const CUtensorMap& kmap, const CUtensorMap& vmap, int dev, cudaStream_t stream) {
+  using S = Shape<kConsumers>;
+  static PerDevice smem_once;
+  if (set_smem_once(smem_once, dev, attn_wgmma_kernel<kConsumers>, S::kSmemBytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cudaErrorNotSupported;
+  }
+  const int tokens = S::kRows / a.gp;
+  const dim3 grid(unsigned((a.M + tokens - 1) / tokens), unsigned(a.n_kv_heads * (a.group / a.gp)));
+  return launch_pdl(PdlKernel::kAttnWgmma, attn_wgmma_kernel<kConsumers>, grid, dim3(S::kThreads), S::kSmemBytes,
+                    stream, kmap, vmap, a);
+}
+}  // namespace
+#endif
+
 cudaError_t run(const Args& a, cudaStream_t stream) {
 #if defined(QSP_WGMMA)
   const int64_t rows = int64_t(a.n_kv_heads) * a.max_seq;
-  if (a.gp < 1 || a.group % a.gp != 0 || a.gp > kBlockM || rows + kBlockN >= (int64_t(1) << 31)) {
+  if ((a.block_m != kBlockM && a.block_m != kBlockMOne) || a.gp < 1 || a.group % a.gp != 0 || a.gp > a.block_m ||
+      rows + kBlockN >= (int64_t(1) << 31)) {
     return cudaErrorInvalidValue;  // TMA coordinates are 32-bit
   }
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
-  static PerDevice smem_once;
-  if (set_smem_once(smem_once, dev, attn_wgmma_kernel, kSmemBytes) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return cudaErrorNotSupported;
-  }
   CUtensorMap kmap, vmap;
   if (!encode_f16_2d(&kmap, a.k_cache, D, uint64_t(rows), D * 2, kBlockN) ||
       !encode_f16_2d(&vmap, a.v_cache, D, uint64_t(rows), D * 2, kBlockN)) {
     return cudaErrorInvalidValue;
   }
-  const int tokens = kBlockM / a.gp;
-  const dim3 grid(unsigned((a.M + tokens - 1) / tokens), unsigned(a.n_kv_heads * (a.group / a.gp)));
-  return launch_pdl(PdlKernel::kAttnWgmma, attn_wgmma_kernel, grid, dim3(kThreads), kSmemBytes, stream, kmap, vmap,
-                    a);
+  return a.block_m == kBlockM ? launch<2>(a, kmap, vmap, dev, stream) : launch<1>(a, kmap, vmap, dev, stream);
 #else
   (void)a, (void)stream;
   return cudaErrorNotSupported;

@@ -14,7 +14,8 @@ namespace kern {
 namespace attn90 {
 
 constexpr int kHeadDim = 128;
-constexpr int kBlockM = 128;  // rows (token x query head) per block, 64 per consumer warpgroup
+constexpr int kBlockM = 128;    // rows (token x query head) per block, 64 per consumer warpgroup
+constexpr int kBlockMOne = 64;  // the block of one consumer warpgroup (twice the blocks, each alone on its SM)
 constexpr int kBlockN = 128;  // keys per K/V tile
 
 struct Args {
@@ -25,9 +26,10 @@ struct Args {
   const int32_t* past;    // device
   int M, n_heads, n_kv_heads, max_seq;
   int group;              // n_heads / n_kv_heads
-  int gp;                 // query heads per block (divides group, at most kBlockM;
-                          // a block holds kBlockM / gp whole tokens)
+  int gp;                 // query heads per block (divides group, at most block_m;
+                          // a block holds block_m / gp whole tokens)
   float scale_log2;       // scale * log2(e)
+  int block_m = kBlockM;  // rows per block: kBlockM or kBlockMOne
 };
 
 // Whether the sm_90a kernel is in this build and can run on device `dev`.

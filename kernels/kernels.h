@@ -312,7 +312,9 @@ cudaError_t rope_table(const QkRopeArgs& a, float* table, cudaStream_t stream);
 // One launch per layer for the whole chunk: query m (position *past + m)
 // attends to keys 0 .. *past + m of its KV head (GQA: head h uses KV head
 // h / (n_heads / n_kv_heads)), softmax(q.k * scale) v, online softmax.
-enum class AttnPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2 };
+// kWgmmaOne: the sm_90a kernel with blocks of one consumer warpgroup (64
+// rows; attention_wgmma.h), forced.
+enum class AttnPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kWgmmaOne = 3 };
 // Whether the decode-sized mma.sync kernel (16 rows a block) copies its
 // first two K / V tiles before waiting for the previous kernel
 // (AttnArgs::prefetch; kernels/pdl.h): the tiles whose keys are all below
@@ -335,9 +337,10 @@ struct AttnArgs {
   // the key range less (or not at all), correct but slower for small M.
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
-  // Tests and benchmarks: force one kernel family. kWgmma (the sm_90a
-  // kernel, head_dim 128, never split) returns cudaErrorNotSupported where
-  // it cannot run; kMma is the mma.sync family of every device.
+  // Tests and benchmarks: force one kernel family. kWgmma / kWgmmaOne (the
+  // sm_90a kernel, head_dim 128, never split; blocks of two or one consumer
+  // warpgroups) return cudaErrorNotSupported where it cannot run; kMma is the
+  // mma.sync family of every device.
   AttnPath path = AttnPath::kAuto;
   AttnPrefetch prefetch = AttnPrefetch::kAuto;
   // A batched pass (else nullptr): the pieces (M is then the pass's token

@@ -11,7 +11,8 @@ using namespace qsp_test;
 
 namespace {
 
-constexpr kern::AttnPath kAuto = kern::AttnPath::kAuto, kMma = kern::AttnPath::kMma, kWgmma = kern::AttnPath::kWgmma;
+constexpr kern::AttnPath kAuto = kern::AttnPath::kAuto, kMma = kern::AttnPath::kMma, kWgmma = kern::AttnPath::kWgmma,
+                         kWgmmaOne = kern::AttnPath::kWgmmaOne;
 
 }  // namespace
 
@@ -57,9 +58,12 @@ TEST_CASE("op attention: every tile configuration on small shapes", "[gpu][atten
   for (const AttnCase& c : cases) run_attention_case(c, rng, kMma);
   // The sm_90a kernel: a tile crossing the cache's valid end (the poisoned
   // V rows must be zeroed) and a group of 5 (125 useful rows per block).
+  // Both block sizes (two consumer warpgroups, one).
   if (!run_attention_case({128, 32, 8, 40, 100, 200}, rng, kWgmma))
     std::printf("SKIPPED: wgmma attention (needs sm_90a), mma.sync attention still tested\n");
   run_attention_case({128, 10, 2, 33, 7, 60}, rng, kWgmma);
+  run_attention_case({128, 32, 8, 40, 100, 200}, rng, kWgmmaOne);
+  run_attention_case({128, 10, 2, 33, 7, 60}, rng, kWgmmaOne);
 }
 
 // Both kernel families forced on the prompt lengths, past 0 and a cached
@@ -80,6 +84,7 @@ TEST_CASE("op attention: wgmma and mma.sync paths, each forced", "[gpu][attentio
   bool wg = true;
   for (const AttnCase& c : cases) {
     wg = run_attention_case(c, rng, kWgmma) && wg;
+    run_attention_case(c, rng, kWgmmaOne);  // blocks of one consumer warpgroup (64 rows)
     if (c.M >= 100) run_attention_case(c, rng, kMma);
   }
   if (!wg) std::printf("SKIPPED: wgmma attention (needs sm_90a), mma.sync attention still tested\n");
@@ -87,6 +92,8 @@ TEST_CASE("op attention: wgmma and mma.sync paths, each forced", "[gpu][attentio
   AttnRig rig(AttnCase{64, 16, 4, 300, 0, 400}, true);
   kern::AttnArgs a = rig.args();
   a.path = kWgmma;
+  CHECK(kern::attention(a, nullptr) == cudaErrorNotSupported);
+  a.path = kWgmmaOne;
   CHECK(kern::attention(a, nullptr) == cudaErrorNotSupported);
   a.path = static_cast<kern::AttnPath>(7);
   CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
