@@ -234,13 +234,17 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
   // split-KV mma.sync kernel) measured 14% slower on that pass (H100,
   // twenty-fourth session): wgmma 59 TFLOPS against mma.sync's 36 there.
   // Where that 128-row grid fills at most half a wave, blocks of one
-  // consumer warpgroup (64 rows: twice the blocks, each alone on its SM)
-  // with $QSP_ATTN_WG_ONE=1 (off: not yet measured).
+  // consumer warpgroup (64 rows: twice the blocks, each alone on its SM;
+  // $QSP_ATTN_WG_ONE=0 turns it off). H200, twenty-fifth session: the
+  // 0.6B's 512-token pass 2.088 -> 2.008 ms (-3.8%), 256 tokens -3.6%, the
+  // 8B's 256 -1.3%; bench_attention 512 tokens of 16 / 8 heads after 1536
+  // cached 194 -> 269 TFLOPS. Past half a wave it loses (the 8B's 512: 128
+  // -> 109 TFLOPS): the two warpgroups' overlap is worth more there.
   const int group = a.n_heads / a.n_kv_heads;
   const int wg_gp = largest_divisor_at_most(group, attn90::kBlockM);
   const int64_t wg_blocks = int64_t((a.M + attn90::kBlockM / wg_gp - 1) / (attn90::kBlockM / wg_gp)) *
                             a.n_kv_heads * (group / wg_gp);
-  static const bool one_auto = env_on("QSP_ATTN_WG_ONE");
+  static const bool one_auto = env_default_on("QSP_ATTN_WG_ONE");
   const bool want_one = a.path == AttnPath::kWgmmaOne ||
                         (a.path == AttnPath::kAuto && one_auto && wg_blocks * 2 <= int64_t(n_sms));
   const bool want_wgmma =
