@@ -61,12 +61,7 @@ cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks,
   a.y_blocks = y_blocks;
   a.per_sm = per_sm;
   a.pair = k.wg_pair;
-  a.qk = k.qk;
-  a.qk_table = k.qk_table;
-  a.qk_style = k.qk_style;
-  const cudaError_t e = wgmma::run(a, f, ep, bt, ks, stream);
-  if (e == cudaSuccess && k.qk_table) *k.qk_fused = true;
-  return e;
+  return wgmma::run(a, f, ep, bt, ks, stream);
 }
 
 // Blocks per wave of the wgmma kernel's split-K clusters (wave[0]: no split).
@@ -185,7 +180,7 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
     // e.g. a batch of 4 x 512 prompt tokens + 60 decoding sequences.
     const int bt = best.wgmma ? best.wg.bt : best.mma.large ? CfgLarge::BM : CfgMedium::BM;
     const int tail = M % bt;
-    if (tail != 0 && M > bt && !a.qk_table) {  // GemmArgs::qk: no split (the epilogue's rows are the chunk's)
+    if (tail != 0 && M > bt) {
       const AutoPlan head = plan_auto(M - tail, a, f, dual, wg_ok, sms, wave);
       const AutoPlan rest = plan_auto(tail, a, f, dual, wg_ok, sms, wave);
       if (head.t + rest.t + kPlanLaunch < best.t) {
@@ -215,14 +210,6 @@ cudaError_t run(const KArgs& a, WFormat f, Epilogue ep, GemmPath path, int wg_ti
     return launch_wgmma(a, f, ep, bt, ks, 0, 0, per_sm, stream);
   }
   return launch_mma(a, f, ep, best.mma.large, best.mma.ks, dev, stream);
-}
-
-// GemmArgs::qk: whether gemm() takes it (the fields its docs name).
-bool qk_ok(const GemmArgs& g, int64_t N) {
-  const QkRopeArgs& q = *g.qk;
-  return qk_rope_ok(q) && q.seqs == nullptr && g.ep == Epilogue::kStoreF32 && q.qkv == g.out_f && q.ld == g.ldo &&
-         q.M == g.M && N == int64_t(q.n_heads + 2 * q.n_kv_heads) * q.head_dim &&
-         (g.qk_table == nullptr || reinterpret_cast<uintptr_t>(g.qk_table) % 16 == 0);
 }
 
 }  // namespace
@@ -353,7 +340,6 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (half_out ? g.out_h == nullptr : g.out_f == nullptr) return cudaErrorInvalidValue;
-  if (g.qk && !qk_ok(g, N)) return cudaErrorInvalidValue;
   // The GEMV forming its input's norm: Q | K | V (fp32 out) and gate | up
   // only, float4 rows (rmsnorm_f16's vector path, whose bits it repeats).
   if (norm_in && (!gemm_norm_in_ok(g.M, int32_t(K)) || (g.ep != Epilogue::kStoreF32 && !dual) ||
@@ -448,24 +434,8 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
   a.o.N = int32_t(N);
   const uintptr_t base = half_out ? reinterpret_cast<uintptr_t>(g.out_h) : reinterpret_cast<uintptr_t>(g.out_f);
   a.o.vec = g.ldo % 2 == 0 && base % (half_out ? 4 : 8) == 0;
-  // GemmArgs::qk: in the wgmma kernel's epilogue where it can (head_dim 128;
-  // the 64-token tile with two chunks a round, the only form built), else
-  // qk_rope after the GEMM.
-  bool qk_fused = false;
-  a.qk = rope::Out{};
-  a.qk_table = nullptr;
-  a.qk_style = 0;
-  a.qk_fused = &qk_fused;
-  if (g.qk) {
-    a.qk = rope::make_out(*g.qk);
-    a.qk_style = g.qk->rope_style;
-    if (g.qk->head_dim == wgmma::kBlockRows && a.wg_pair && (g.qk->rope_style == QSP_ROPE_NEOX ||
-                                                              g.qk->rope_style == QSP_ROPE_INTERLEAVED))
-      a.qk_table = g.qk_table;
-  }
-  const cudaError_t e = run(a, g.w.fmt, g.ep, g.path, g.wg_tile, g.wg_splits, g.wg_head, g.wg_per_sm, stream);
-  if (e != cudaSuccess || !g.qk || qk_fused) return e;
-  return qk_rope(*g.qk, stream);
+
+  return run(a, g.w.fmt, g.ep, g.path, g.wg_tile, g.wg_splits, g.wg_head, g.wg_per_sm, stream);
 }
 
 }  // namespace kern

@@ -11,7 +11,6 @@
 
 #include "kernels/gemm_epilogue.cuh"
 #include "kernels/kernels.h"
-#include "kernels/rope.cuh"
 
 namespace qsp {
 namespace kern {
@@ -39,12 +38,6 @@ struct KArgs {
   int32_t i8;       // the integer GEMV (M = 1; GemmArgs::gemv_i8)
   uint32_t* i8s;    // i8: its activations formed once into this (GemmArgs::i8_stage), or null
   int32_t wg_pair;  // the wgmma 64-token tile: two K chunks a round (wgmma::Args::pair)
-  // GemmArgs::qk in the wgmma kernel's epilogue where it runs (qk_table
-  // null: never; wgmma::Args::qk*); launch_wgmma sets *qk_fused when it did.
-  rope::Out qk;
-  const float* qk_table;
-  int32_t qk_style;
-  bool* qk_fused;
 };
 
 // ---- Tile configurations of the mma.sync kernel --------------------------------------------

@@ -143,9 +143,8 @@ __device__ unsigned long long g_probe[kProbeSlots];
 // ---- The kernel ------------------------------------------------------------------------------
 // MinB: blocks per SM the registers and shared memory are budgeted for (2:
 // the 64-token tile only, Args::per_sm). kPair: the consumers take two K
-// chunks per round (the 64-token tile only, Args::pair). kQk: the QK-norm +
-// RoPE + KV-write epilogue (kStoreF32 only, Args::qk_table).
-template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB, bool kPair, bool kQk = false>
+// chunks per round (the 64-token tile only, Args::pair).
+template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB, bool kPair>
 __global__ void __launch_bounds__(kThreads, MinB)
     wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ WMaps wm, const Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -410,70 +409,17 @@ __global__ void __launch_bounds__(kThreads, MinB)
     }
     return x;
   };
-  if constexpr (kQk) {
-    // The block's 128 columns are one head vector of every token row (Q | K
-    // | V's boundaries are multiples of the 128-wide heads): one consumer
-    // warp per row, lane l with elements 4l .. 4l + 3, exactly qk_rope's
-    // layout for head_dim 128, and its math (kernels/rope.cuh) with the
-    // row's angles from the pass's table (rope_table). A warp has kRows
-    // rows in flight: their tile values and table entries are loaded before
-    // the first is rotated. One row at a time (the first version, H100) was
-    // latency: every row waited for its table entries (L2), 32 rows a warp
-    // at 256 tokens, and the whole 0.6B prompt ran 1.5% (512 tokens) and 7%
-    // (2048) slower than the GEMM and qk_rope apart.
-    static_assert(!kDual && kQuads == 32, "a warp's row is one head of 128");
-    constexpr int kRows = 4, kStep = 4 * kConsumers;  // consumer warps 0 .. 7
-    const int vec = n0 / kBlockRows;
-    const bool neox = a.qk_style == QSP_ROPE_NEOX;
-    const int past = *a.qk.past;
-    for (int ml = ml0 + warp; ml < ml0 + rows; ml += kRows * kStep) {
-      float x[kRows][4];
-      rope::LaneAngles<4> ang[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int mr = ml + r * kStep, m = m0 + mr;
-        if (mr >= ml0 + rows || m >= a.o.M) break;  // warp-uniform
-        const float4 v4 = load4(mr * kLdr + 4 * lane);
-        x[r][0] = v4.x, x[r][1] = v4.y, x[r][2] = v4.z, x[r][3] = v4.w;
-        // rope::angle_index's pairs: NEOX lane l's elements e take pair
-        // (l & 15) * 4 + e; interleaved, pair 2l (e = 0) and 2l + 1 (e = 2).
-        const float* t = a.qk_table + size_t(m) * kBlockRows;  // cos, then sin
-        if (neox) {
-          const float4 c4 = *reinterpret_cast<const float4*>(t + (lane & 15) * 4);
-          const float4 s4 = *reinterpret_cast<const float4*>(t + kBlockRows / 2 + (lane & 15) * 4);
-          ang[r] = {{c4.x, c4.y, c4.z, c4.w}, {s4.x, s4.y, s4.z, s4.w}};
-        } else {
-          const float2 c2 = *reinterpret_cast<const float2*>(t + 2 * lane);
-          const float2 s2 = *reinterpret_cast<const float2*>(t + kBlockRows / 2 + 2 * lane);
-          ang[r] = {{c2.x, c2.x, c2.y, c2.y}, {s2.x, s2.x, s2.y, s2.y}};
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int mr = ml + r * kStep, m = m0 + mr;
-        if (mr >= ml0 + rows || m >= a.o.M) break;  // warp-uniform
-        const int pos = past + m;  // one context: rope::token_target's
-        if (neox)
-          rope::finish_vector<kBlockRows, QSP_ROPE_NEOX>(a.qk, x[r], vec, m, pos, a.qk.max_seq, a.qk.k_cache,
-                                                         a.qk.v_cache, ang[r], lane);
-        else
-          rope::finish_vector<kBlockRows, QSP_ROPE_INTERLEAVED>(a.qk, x[r], vec, m, pos, a.qk.max_seq, a.qk.k_cache,
-                                                                a.qk.v_cache, ang[r], lane);
-      }
+  for (int e = threadIdx.x; e < rows * kQuads; e += 128 * kConsumers) {
+    const int ml = ml0 + e / kQuads, c = (e % kQuads) * 4;
+    const int m = m0 + ml;
+    if (m >= a.o.M) break;  // rows only grow with e
+    float4 x = load4(ml * kLdr + c);
+    if (kDual) {
+      const float4 u = load4(ml * kLdr + kRealCols + c);
+      x.x = silu(x.x) * u.x, x.y = silu(x.y) * u.y, x.z = silu(x.z) * u.z, x.w = silu(x.w) * u.w;
     }
-  } else {
-    for (int e = threadIdx.x; e < rows * kQuads; e += 128 * kConsumers) {
-      const int ml = ml0 + e / kQuads, c = (e % kQuads) * 4;
-      const int m = m0 + ml;
-      if (m >= a.o.M) break;  // rows only grow with e
-      float4 x = load4(ml * kLdr + c);
-      if (kDual) {
-        const float4 u = load4(ml * kLdr + kRealCols + c);
-        x.x = silu(x.x) * u.x, x.y = silu(x.y) * u.y, x.z = silu(x.z) * u.z, x.w = silu(x.w) * u.w;
-      }
-      store2<EP>(a.o, m, n0 + c, x.x, x.y);
-      store2<EP>(a.o, m, n0 + c + 2, x.z, x.w);
-    }
+    store2<EP>(a.o, m, n0 + c, x.x, x.y);
+    store2<EP>(a.o, m, n0 + c + 2, x.z, x.w);
   }
 #if defined(QSP_WGMMA_PROBE)
   probe[kProbeEpiStore] = clock64() - probe_sync;
@@ -492,10 +438,10 @@ __global__ void __launch_bounds__(kThreads, MinB)
 }
 
 // ---- Host side ------------------------------------------------------------------------------
-template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB, bool kPair, bool kQk>
+template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB, bool kPair>
 cudaError_t launch_one(const Args& a, const CUtensorMap& map, const WMaps& wm, dim3 grid, cudaStream_t stream) {
   using L = Layout<F, BT, MinB>;
-  auto kernel = wgmma_kernel<F, BT, EP, kSplit, MinB, kPair, kQk>;
+  auto kernel = wgmma_kernel<F, BT, EP, kSplit, MinB, kPair>;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
@@ -527,7 +473,7 @@ bool encode_wmaps(const Args& a, bool dual, WMaps& m) {
   return true;
 }
 
-template <WFormat F, int BT, Epilogue EP, int MinB, bool kPair = false, bool kQk = false>
+template <WFormat F, int BT, Epilogue EP, int MinB, bool kPair = false>
 cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   CUtensorMap map;
   if (!sm90::encode_f16_2d(&map, a.x, uint64_t(a.K), uint64_t(a.o.M), uint64_t(a.ldx) * 2, BT)) {
@@ -546,15 +492,14 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   args.chunks_per_split = a.KC;
   if (splits > 1) {
     args.chunks_per_split = (a.KC + splits - 1) / splits;
-    const cudaError_t e =
-        launch_one<F, BT, EP, true, MinB, kPair, kQk>(args, map, wm, dim3(grid.x, grid.y, splits), stream);
+    const cudaError_t e = launch_one<F, BT, EP, true, MinB, kPair>(args, map, wm, dim3(grid.x, grid.y, splits), stream);
     if (e == cudaSuccess) return cudaGetLastError();
     // A cluster that cannot be scheduled is a launch-configuration error (not
     // sticky): run unsplit rather than fail the forward pass.
     (void)cudaGetLastError();
     args.chunks_per_split = a.KC;
   }
-  return launch_one<F, BT, EP, false, MinB, kPair, kQk>(args, map, wm, grid, stream);
+  return launch_one<F, BT, EP, false, MinB, kPair>(args, map, wm, grid, stream);
 }
 
 }  // namespace
@@ -645,11 +590,6 @@ cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int split
   if (tok_tile != kTokTileLarge && tok_tile != kTokTileSmall && tok_tile != kTokTileTiny) return cudaErrorInvalidValue;
   if (a.per_sm != 1 && !(a.per_sm == 2 && tok_tile == kTokTileTiny)) return cudaErrorInvalidValue;
   if (splits != 1 && splits != 2 && splits != 4 && splits != 8) return cudaErrorInvalidValue;
-  // The fused epilogue: 128-wide heads on 128-row blocks, the tiny tile with
-  // two chunks a round only (the default; the one-chunk form is not built).
-  if (a.qk_table && (ep != Epilogue::kStoreF32 ||
-                     (tok_tile == kTokTileTiny && !a.pair) || a.o.N % kBlockRows != 0))
-    return cudaErrorInvalidValue;
 
   return dispatch_format(fmt, cudaErrorNotSupported, [&](auto f) {
     using T = typename decltype(f)::T;
@@ -659,14 +599,6 @@ cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int split
       constexpr WFormat F = decltype(f)::kFormat;
       return dispatch_epilogue(ep, [&](auto e) {
         constexpr Epilogue EP = decltype(e)::value;
-        if constexpr (EP == Epilogue::kStoreF32) {
-          if (a.qk_table) {  // the QK-norm + RoPE + KV-write epilogue
-            if (tok_tile == kTokTileLarge) return launch<F, kTokTileLarge, EP, 1, false, true>(a, splits, stream);
-            if (tok_tile == kTokTileSmall) return launch<F, kTokTileSmall, EP, 1, false, true>(a, splits, stream);
-            return a.per_sm == 2 ? launch<F, kTokTileTiny, EP, 2, true, true>(a, splits, stream)
-                                 : launch<F, kTokTileTiny, EP, 1, true, true>(a, splits, stream);
-          }
-        }
         if (tok_tile == kTokTileLarge) return launch<F, kTokTileLarge, EP, 1>(a, splits, stream);
         if (tok_tile == kTokTileSmall) return launch<F, kTokTileSmall, EP, 1>(a, splits, stream);
         if (a.per_sm == 2)

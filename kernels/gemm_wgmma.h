@@ -11,7 +11,6 @@
 #include "kernels/gemm_epilogue.cuh"
 #include "kernels/gemm_plan.h"
 #include "kernels/kernels.h"
-#include "kernels/rope.cuh"
 
 namespace qsp {
 namespace kern {
@@ -54,12 +53,6 @@ struct Args {
   // 128-token prompt 4%; so the per-round waits are not most of a chunk's
   // cost. On unless $QSP_WGMMA_PAIR=0 (GemmArgs::wg_pair).
   int32_t pair = 0;
-  // The QK-norm + RoPE + KV-write epilogue (GemmArgs::qk; kStoreF32 only):
-  // qk_table != nullptr turns it on. The launch's columns are all of Q | K
-  // | V, whose heads are 128 wide; o.out_f is not written.
-  rope::Out qk;
-  const float* qk_table = nullptr;
-  int32_t qk_style = 0;  // QSP_ROPE_NEOX or QSP_ROPE_INTERLEAVED
 };
 
 // The tile constants kTokTileLarge / kTokTileSmall (token rows per block) and

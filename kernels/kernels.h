@@ -148,8 +148,6 @@ enum class GemvI8 : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 // No effect where the integer GEMV does not run. The same bits either way.
 enum class GemvI8Stage : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 
-struct QkRopeArgs;  // below (qk_rope)
-
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
   int32_t ldx = 0;
@@ -212,18 +210,6 @@ struct GemmArgs {
   int32_t norm_in_ldx = 0;
   const float* norm_in_w = nullptr;
   float norm_in_eps = 0.0f;
-  // Optional (else nullptr), with ep == kStoreF32 over the whole of Q | K | V
-  // (qk->qkv == out_f, qk->ld == ldo, qk->M == M, N == (n_heads + 2 *
-  // n_kv_heads) * head_dim; one context: qk->seqs == nullptr; the CUDA
-  // backend's QSP_FUSE_QK): gemm() also does qk_rope(*qk)'s work, so that
-  // out_f is scratch afterwards. Where the Hopper GEMM runs (M > 16) with
-  // head_dim 128 and qk_table (rope_table(*qk), these M tokens) is given, in
-  // its epilogue: a block's 128 weight rows are one head, one warp per token
-  // row, the same bits as qk_rope (kernels/rope.cuh), and out_f is not
-  // written; elsewhere the GEMM, then qk_rope(*qk). No ragged-tail split
-  // (gemm.cu) then.
-  const QkRopeArgs* qk = nullptr;
-  const float* qk_table = nullptr;
 };
 
 // Whether the GEMV can form its input's RMSNorm (GemmArgs::norm_in_x) for
@@ -299,14 +285,6 @@ struct QkRopeArgs {
   int32_t wide = 0;
 };
 cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream);
-// Whether qk_rope() takes a (cudaErrorInvalidValue otherwise).
-bool qk_rope_ok(const QkRopeArgs& a);
-// For the Q | K | V GEMM's fused epilogue (GemmArgs::qk): row m of table
-// ([M][head_dim] fp32, 16-byte aligned) = the cos, then the sin, of token
-// m's head_dim / 2 angles (position *a.past + m; one context), bit for bit
-// what qk_rope's kernels make. The angles depend on the positions only:
-// one table serves every layer of a pass.
-cudaError_t rope_table(const QkRopeArgs& a, float* table, cudaStream_t stream);
 
 // ---- Batched causal flash attention (kernels/attention.cu) -------------------
 // One launch per layer for the whole chunk: query m (position *past + m)

@@ -10,8 +10,7 @@
 //
 // Position p = *past + m is read on the device (in a batched pass: the
 // token's piece's past + its index in the piece). The per-head math and the
-// angles: kernels/rope.cuh, shared with the Q | K | V GEMM's fused epilogue
-// (GemmArgs::qk), whose table of angles rope_table() makes here.
+// angles: kernels/rope.cuh.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -106,21 +105,6 @@ __global__ void __launch_bounds__(kWarps * 32) qk_rope_wide_kernel(const RopePar
                                      rope::SharedAngles{s_cos, s_sin}, lane);
 }
 
-// The fused epilogue's table (rope_table): row m of `table` is the cos, then
-// the sin, of token m's D / 2 angles, made by the same code as the qk_rope
-// kernels' shared table, so the fused epilogue's bits are theirs.
-template <int D>
-__global__ void __launch_bounds__(D / 2) rope_table_kernel(const RopeParams p, float* table) {
-  pdl_wait();  // kernels/pdl.h
-  pdl_launch_dependents();
-  const int m = int(blockIdx.x);
-  int pos, max_seq;
-  __half *k_cache, *v_cache;
-  rope::token_target<D, false>(p.o, m, pos, max_seq, k_cache, v_cache);
-  float* row = table + size_t(m) * D;
-  rope::angles<D>(pos, p.inv_freq, row, row + D / 2, int(threadIdx.x), D / 2);
-}
-
 template <int D, int kStyle, bool kVecLoad, bool kBatch>
 cudaError_t launch(const RopeParams& p, bool wide, cudaStream_t stream) {
   const int n_vec = p.o.n_heads + 2 * p.o.n_kv_heads, per_block = kWarps * (wide ? kWideVecs : 1);
@@ -162,9 +146,6 @@ bool args_ok(const QkRopeArgs& a) {
   return aligned(a.qkv, sizeof(float));
 }
 
-}  // namespace
-
-namespace {
 // qk_rope()'s kernel parameters for a (args_ok).
 RopeParams params(const QkRopeArgs& a) {
   RopeParams p;
@@ -177,9 +158,8 @@ RopeParams params(const QkRopeArgs& a) {
   for (int i = a.head_dim / 2; i < kMaxHeadDim / 2; ++i) p.inv_freq[i] = 0.0;
   return p;
 }
-}  // namespace
 
-bool qk_rope_ok(const QkRopeArgs& a) { return args_ok(a); }
+}  // namespace
 
 cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream) {
   if (!args_ok(a)) return cudaErrorInvalidValue;
@@ -196,14 +176,6 @@ cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream) {
                              : dispatch<64, true>(p, a.rope_style, vec, wide, stream);
   return a.head_dim == 128 ? dispatch<128, false>(p, a.rope_style, vec, wide, stream)
                            : dispatch<64, false>(p, a.rope_style, vec, wide, stream);
-}
-
-cudaError_t rope_table(const QkRopeArgs& a, float* table, cudaStream_t stream) {
-  if (!args_ok(a) || a.seqs || !table || !aligned(table, 16)) return cudaErrorInvalidValue;
-  const RopeParams p = params(a);
-  const dim3 grid(unsigned(a.M));
-  return a.head_dim == 128 ? launch_pdl(PdlKernel::kQkRope, rope_table_kernel<128>, grid, dim3(64), 0, stream, p, table)
-                           : launch_pdl(PdlKernel::kQkRope, rope_table_kernel<64>, grid, dim3(32), 0, stream, p, table);
 }
 
 }  // namespace kern

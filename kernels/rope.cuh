@@ -1,6 +1,5 @@
-// The QK-norm + RoPE + KV-write math of one head vector in a warp, shared by
-// kernels/qk_rope.cu (its kernels) and kernels/gemm_wgmma.cu (the Q | K | V
-// GEMM's fused epilogue, GemmArgs::qk), so that both give the same bits.
+// The QK-norm + RoPE + KV-write math of one head vector in a warp, used by
+// kernels/qk_rope.cu (its narrow and wide kernels).
 //
 // A head vector of D fp32 values lies in one warp, E = D / 32 consecutive
 // elements per lane, so the QK-norm is one warp reduction and a NEOX pair
@@ -106,16 +105,6 @@ struct SharedAngles {
     s = s_sin[i];
   }
 };
-// The angles of a token already in the lane's registers, by element e (the
-// fused epilogue: loaded rows ahead).
-template <int E>
-struct LaneAngles {
-  float c[E], s[E];
-  __device__ __forceinline__ void operator()(int e, int, float& cv, float& sv) const {
-    cv = c[e];
-    sv = s[e];
-  }
-};
 
 // QK-norm with weight nw (nullptr: none; RMS over the D elements, eps),
 // then the rotation by the angles ang gives, in place.
@@ -169,10 +158,10 @@ __device__ __forceinline__ void store_half(__half* dst, const float (&x)[E]) {
   }
 }
 
-// Where a chunk's head vectors go (qk_rope() and the Q | K | V GEMM's
-// fused epilogue, GemmArgs::qk): q to q_out [M][n_heads][D], k and v into
-// the cache at each token's position (a single context's layer from *past,
-// or, in a batched pass (seqs), each piece's own cache of this layer).
+// Where a chunk's head vectors go (qk_rope()): q to q_out [M][n_heads][D],
+// k and v into the cache at each token's position (a single context's layer
+// from *past, or, in a batched pass (seqs), each piece's own cache of this
+// layer).
 struct Out {
   const float* q_norm;  // [D], or nullptr: no QK-norm
   const float* k_norm;

@@ -169,21 +169,6 @@ TEST_CASE("cuda model: decode steps of a Q4_K_M-like model follow the CPU", "[gp
   qsp_context_destroy(gpu);
 }
 
-// The Q | K | V GEMM doing the QK-norm, RoPE and KV write (QSP_FUSE_QK=1,
-// read when a context is created: the wgmma epilogue for prompt chunks
-// with heads of 128, qk_rope after the GEMM elsewhere) against the CPU,
-// one-shot and chunked; with a mix whose V is another format (Q | K | V in
-// two launches: qk_rope) and Llama style (heads of 64: qk_rope).
-TEST_CASE("cuda model: QK-norm and RoPE fused into the QKV GEMM (QSP_FUSE_QK) follow the CPU",
-          "[gpu][model][fuse]") {
-  QSP_REQUIRE_GPU();
-  ScopedEnv fuse("QSP_FUSE_QK", "1");
-  compare_lengths(qwen3_shape(QSP_DTYPE_Q4_0, 95), {1, 17, 100, 513, 2048});
-  compare_lengths(llama_shape(QSP_DTYPE_Q8_0, 96), {3, 100, 513});
-  compare_model(kquant_mix_model(qwen3_shape(QSP_DTYPE_Q4_K, 97), QSP_DTYPE_Q4_K, QSP_DTYPE_Q6_K), "q4_K_m-like",
-                {17, 513}, 2e-3);
-}
-
 TEST_CASE("cuda model: Qwen3 shape, Q4_0, one-shot and chunked", "[gpu][model]") {
   QSP_REQUIRE_GPU();
   compare_lengths(qwen3_shape(QSP_DTYPE_Q4_0, 11), {1, 3, 17, 100, 513, 2048});

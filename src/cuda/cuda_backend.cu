@@ -41,7 +41,6 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Partition& part, const st
               "the CUDA backend supports head_dim 64 and 128, not %u", cfg.head_dim);
   poison_ = env_flag("QSP_POISON");
   norm_in_ = env_not_off("QSP_NORM_IN");
-  fuse_qk_ = env_flag("QSP_FUSE_QK");
   // QSP_GRAPHS=0: every chunk and batched pass eager (a diagnostic: what the
   // graphs save, or cost).
   if (const char* g = std::getenv("QSP_GRAPHS"); g && std::strcmp(g, "0") == 0) {
@@ -236,7 +235,6 @@ void CudaBackend::init_rank(Rank& r) {
   if (r.attn_scratch_bytes) r.attn_scratch.alloc(r.attn_scratch_bytes, "attention scratch");
   r.i8_stage.alloc(kern::gemm_i8_stage_bytes(int64_t(std::max({H, Q, F}))), "integer GEMV activations");
   r.h_small.alloc((2 + C) * sizeof(int32_t), "positions/tokens");
-  if (fuse_qk_ && cfg.head_dim == 128) r.rope.alloc(C * size_t(cfg.head_dim) * sizeof(float), "rope angles");
 }
 
 // A communicator per rank (ncclCommInitAll: one process drives them all).

@@ -125,7 +125,6 @@ class CudaBackend final : public Backend {
     // (kern::GemmArgs::i8_stage; $QSP_GEMV_I8_STAGE): the GEMVs of the
     // rank's stream share it.
     DeviceBuffer i8_stage;
-    DeviceBuffer rope;  // fuse_qk_: the chunk's angles (kern::rope_table), [C][head_dim] fp32
     PinnedBuffer h_small;  // [0] past, [1] argmax (of its logits), [2..] tokens
     void* comm = nullptr;  // its NCCL communicator (contexts spanning devices)
     // QSP_TP_LOCAL_RANKS: recorded when its part of a block is done (and on
@@ -157,14 +156,10 @@ class CudaBackend final : public Backend {
     __half* act;
     void* attn_scratch;
     size_t attn_scratch_bytes;
-    // The rows' angles (kern::rope_table, made once per pass) for QK-norm +
-    // RoPE in the Q | K | V GEMM's epilogue (fuse_qk_), else nullptr.
-    float* rope;
   };
   static Acts own_acts(const Rank& r) {
     return Acts{as<float>(r.x),   as<__half>(r.xn),  as<float>(r.qkv), as<__half>(r.q),
-                as<__half>(r.att), as<__half>(r.act), r.attn_scratch.ptr, r.attn_scratch_bytes,
-                r.rope.ptr ? as<float>(r.rope) : nullptr};
+                as<__half>(r.att), as<__half>(r.act), r.attn_scratch.ptr, r.attn_scratch_bytes};
   }
 
   // Where a chunk's keys and values go and which keys its queries see: a
@@ -261,9 +256,6 @@ class CudaBackend final : public Backend {
   // The NCCL all-reduce of rows [row0, row0 + rows) of every rank's
   // residual stream, on the ranks' comm streams or their own.
   void all_reduce_rows(const Acts* acts, int32_t row0, int32_t rows, bool comm_stream);
-  // Shard s's QK-norm + RoPE + KV write of layer l over n rows of a.qkv.
-  kern::QkRopeArgs rope_args(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n, const Acts& a,
-                             const KvTarget& kv) const;
   void enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n, const Acts& a,
                          const KvTarget& kv, const InNorm* in = nullptr);
   void enqueue_ffn(const LayerTensors& L, Rank& r, uint32_t s, int32_t n, const Acts& a, const InNorm* in = nullptr);
@@ -272,8 +264,7 @@ class CudaBackend final : public Backend {
   // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
   static void gemm(const Rank& r, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
                    const kern::DWeight* w2, kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo,
-                   const kern::DWeight* cat = nullptr, const InNorm* in = nullptr,
-                   const kern::QkRopeArgs* qk = nullptr, const float* qk_table = nullptr);
+                   const kern::DWeight* cat = nullptr, const InNorm* in = nullptr);
   std::vector<const void*> weight_ids(const ModelTensors& w) const;
 
   // ---- A batched pass (cuda_batch.cu) ----
@@ -289,11 +280,6 @@ class CudaBackend final : public Backend {
   int32_t qkv_ld_ = 0;
   bool norm_in_ = true;  // norm_in(); QSP_NORM_IN=0: off
   bool poison_ = false;  // test aid: NaN-fill scratch, logits and the KV slots a chunk is about to write
-  // QSP_FUSE_QK=1 (off: measured slower, bench/RESULTS.md): QK-norm + RoPE
-  // + KV write in the Q | K | V GEMM's epilogue (kern::GemmArgs::qk) where
-  // the Hopper GEMM runs it, with the angles made once per pass
-  // (kern::rope_table). Single contexts only (a batched pass keeps qk_rope).
-  bool fuse_qk_ = false;
   std::vector<std::unique_ptr<Rank>> ranks_;  // one per device
   std::vector<cudaStream_t> streams_;         // the ranks' streams and devices, in rank order (graph captures)
   std::vector<int> devs_;

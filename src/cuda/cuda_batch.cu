@@ -160,7 +160,7 @@ bool CudaBackend::prefill_batch(const ModelTensors& w, const std::vector<BatchPi
       QSP_CUDA_CHECK(cudaMemcpyAsync(d, h_meta[ri], up_bytes, cudaMemcpyHostToDevice, r.stream));
       const Acts& a = acts[ri] = Acts{as<float>(space.x),   as<__half>(space.xn),  as<float>(space.qkv),
                                       as<__half>(space.q),   as<__half>(space.att), as<__half>(space.act),
-                                      nullptr,               0,                     nullptr};
+                                      nullptr,               0};
       if (T_tok)
         QSP_CUDA_CHECK(kern::embed(W(w[kTokenEmbd], r.first), reinterpret_cast<const int32_t*>(d + o_tokens),
                                    int32_t(T_tok), a.x, r.stream));

@@ -106,10 +106,6 @@ void CudaBackend::enqueue(const ModelTensors& w, const PrefillChunk& c, bool cap
     KvTarget kv;
     kv.past = d_small;
     kvs.push_back(kv);
-    // The chunk's angles, once for every layer (fuse_qk_: the Q | K | V
-    // GEMMs' epilogues read them; the GEMV of a short chunk does not).
-    if (a.rope && n > 16)
-      QSP_CUDA_CHECK(kern::rope_table(rope_args(w.layers[0], 0, r, r.first, n, a, kv), a.rope, r.stream));
   }
   enqueue_layers(w, n, acts.data(), kvs.data());
   if (!c.want_logits) return;
@@ -226,7 +222,7 @@ void CudaBackend::enqueue_layers_overlapped(const ModelTensors& w, int32_t n, co
     half[0].push_back(a);
     half[1].push_back(Acts{a.x + size_t(nA) * H, a.xn + size_t(nA) * H, a.qkv + size_t(nA) * qkv_ld_,
                            a.q + size_t(nA) * Q, a.att + size_t(nA) * Q, a.act + size_t(nA) * F, a.attn_scratch,
-                           a.attn_scratch_bytes, a.rope ? a.rope + size_t(nA) * m.head_dim : nullptr});
+                           a.attn_scratch_bytes});
     kv[0].push_back(kvs[i]);
     KvTarget b = kvs[i];
     int32_t* past_b = as<int32_t>(r.small) + 2 + chunk_;  // [2 + C]: init_rank
@@ -309,9 +305,14 @@ void CudaBackend::local_all_reduce(const Acts* acts, int32_t n) {
   }
 }
 
-kern::QkRopeArgs CudaBackend::rope_args(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n,
-                                         const Acts& a, const KvTarget& kv) const {
+// Shard s's heads of layer l, on rank r, over the normed a.xn: QKV,
+// QK-norm + RoPE with its KV-cache write, attention, and its columns of wo
+// into a.x (sum_epilogue).
+void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n,
+                                    const Acts& a, const KvTarget& kv, const InNorm* in) {
   const ModelConfig& m = cfg_;
+  const int32_t H = int32_t(m.hidden), Q = sh_q_, KV = sh_kv_;
+  const cudaStream_t stream = r.stream;
   kern::QkRopeArgs rp;
   rp.qkv = a.qkv;
   rp.ld = qkv_ld_;
@@ -325,30 +326,6 @@ kern::QkRopeArgs CudaBackend::rope_args(const LayerTensors& L, uint32_t l, Rank&
   rp.eps = m.rms_eps;
   rp.theta = m.rope_theta;
   rp.rope_style = m.rope_style;
-  if (kv.seqs) {
-    rp.seqs = kv.seqs + size_t(s) * kv.n_seqs;
-    rp.token_seq = kv.token_seq;
-    rp.layer = int32_t(l);
-  } else {
-    const size_t layer_kv = size_t(sh_kv_heads_) * m.max_seq * m.head_dim;
-    const size_t off = (s - r.first) * shard_kv_elems_ + l * layer_kv;
-    rp.k_cache = as<__half>(r.k_cache) + off;
-    rp.v_cache = as<__half>(r.v_cache) + off;
-    rp.max_seq = int32_t(m.max_seq);
-    rp.past = kv.past;
-  }
-  return rp;
-}
-
-// Shard s's heads of layer l, on rank r, over the normed a.xn: QKV,
-// QK-norm + RoPE with its KV-cache write, attention, and its columns of wo
-// into a.x (sum_epilogue).
-void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, uint32_t s, int32_t n,
-                                    const Acts& a, const KvTarget& kv, const InNorm* in) {
-  const ModelConfig& m = cfg_;
-  const int32_t H = int32_t(m.hidden), Q = sh_q_, KV = sh_kv_;
-  const cudaStream_t stream = r.stream;
-  const kern::QkRopeArgs rp = rope_args(L, l, r, s, n, a, kv);
   kern::AttnArgs at;
   at.q = a.q;
   at.out = a.att;
@@ -360,16 +337,23 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
   at.scratch = a.attn_scratch;
   at.scratch_bytes = a.attn_scratch_bytes;
   if (kv.seqs) {
-    at.seqs = rp.seqs;
-    at.layer = rp.layer;
+    rp.seqs = at.seqs = kv.seqs + size_t(s) * kv.n_seqs;
+    rp.token_seq = kv.token_seq;
+    rp.layer = at.layer = int32_t(l);
     at.tiles = kv.tiles;
     at.n_tiles = kv.n_tiles;
     at.max_piece = kv.max_piece;
   } else {
-    at.k_cache = rp.k_cache;
-    at.v_cache = rp.v_cache;
-    at.max_seq = rp.max_seq;
-    at.past = rp.past;
+    const size_t layer_kv = size_t(sh_kv_heads_) * m.max_seq * m.head_dim;
+    const size_t off = (s - r.first) * shard_kv_elems_ + l * layer_kv;
+    __half* kc = as<__half>(r.k_cache) + off;
+    __half* vc = as<__half>(r.v_cache) + off;
+    rp.k_cache = kc;
+    rp.v_cache = vc;
+    at.k_cache = kc;
+    at.v_cache = vc;
+    rp.max_seq = at.max_seq = int32_t(m.max_seq);
+    rp.past = at.past = kv.past;
   }
   // Q | K | V are adjacent columns of qkv: as few launches as the formats
   // allow, each a run of neighbours of one format (a Q4_K_M file's V is Q6_K
@@ -377,7 +361,6 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
   // profile showed those layers' Q, K and V as three GEMVs, 23 us against 9).
   const kern::DWeight* parts[3] = {&W(L[kWq], s), &W(L[kWk], s), &W(L[kWv], s)};
   const int32_t col[4] = {0, Q, Q + KV, Q + 2 * KV};
-  bool fused = false;
   for (int i = 0; i < 3;) {
     int j = i + 1;
     while (j < 3 && parts[j]->fmt == parts[i]->fmt && kern::gemm_row_group_ok(*parts[j - 1]) &&
@@ -385,15 +368,11 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
       ++j;
     kern::DWeight cat[2];
     for (int k = i + 1; k < j; ++k) cat[k - i - 1] = *parts[k];
-    // One launch for all of Q | K | V takes QK-norm + RoPE along where the
-    // angles were made (fuse_qk_; kern::GemmArgs::qk).
-    const bool qk = a.rope && n > 16 && i == 0 && j == 3;
     gemm(r, a.xn, H, n, *parts[i], nullptr, kern::Epilogue::kStoreF32, nullptr, a.qkv + col[i], qkv_ld_,
-         j > i + 1 ? cat : nullptr, in, qk ? &rp : nullptr, qk ? a.rope : nullptr);
-    if (qk) fused = true;
+         j > i + 1 ? cat : nullptr, in);
     i = j;
   }
-  if (!fused) QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
+  QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
   QSP_CUDA_CHECK(kern::attention(at, stream));
   gemm(r, a.att, Q, n, W(L[kWo], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
 }
@@ -434,8 +413,7 @@ void CudaBackend::poison_scratch(Rank& r, const PrefillChunk& c, bool capturing)
 // cat: optional, two more weights whose rows follow w's (kern::GemmArgs::wcat).
 void CudaBackend::gemm(const Rank& r, const __half* x, int32_t ldx, int32_t M, const kern::DWeight& w,
                        const kern::DWeight* w2, kern::Epilogue ep, __half* out_h, float* out_f, int32_t ldo,
-                       const kern::DWeight* cat, const InNorm* in, const kern::QkRopeArgs* qk,
-                       const float* qk_table) {
+                       const kern::DWeight* cat, const InNorm* in) {
   kern::GemmArgs g;
   g.x = x;
   g.ldx = ldx;
@@ -455,8 +433,6 @@ void CudaBackend::gemm(const Rank& r, const __half* x, int32_t ldx, int32_t M, c
   g.ldo = ldo;
   g.i8_stage = r.i8_stage.ptr;
   g.i8_stage_bytes = r.i8_stage.bytes;
-  g.qk = qk;
-  g.qk_table = qk_table;
   QSP_CUDA_CHECK(kern::gemm(g, r.stream));
 }
 
