@@ -60,7 +60,6 @@ cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks,
   a.y0 = y0;
   a.y_blocks = y_blocks;
   a.per_sm = per_sm;
-  a.pair = k.wg_pair;
   return wgmma::run(a, f, ep, bt, ks, stream);
 }
 
@@ -106,26 +105,12 @@ void cluster_waves(int dev, int sms, int (&wave)[4]) {
 //                  kernels/gemm_plan.cpp). H100, twenty-third session, two alternating
 //                  rounds: the 8B 64-sequence step Q4_K_M 8.45 / 8.73 -> 8.13 / 8.00 ms
 //                  (-6%), Q4_0 6.50 / 6.61 -> 6.59 / 6.56 (equal); a 128-token prompt equal
-//  - kWgmmaPair    $QSP_WGMMA_PAIR (on unless "0"): the 64-token tile's consumers take two
-//                  K chunks per round (wgmma::Args::pair). Same run: every M = 64 GEMM of
-//                  the 8B +1-4%, the 64-sequence step -1% (Q4_0 6.50 / 6.61 -> 6.49 /
-//                  6.47, Q4_K_M 8.45 / 8.73 -> 8.34 / 8.55), a 128-token prompt -4%
-//                  (5.51 / 5.49 -> 5.25 / 5.29 ms)
-enum class Switch {
-  kWgmmaTmaW,
-  kWgmmaHybrid,
-  kWgmmaDense64,
-  kGemvXsmem,
-  kGemvI8,
-  kGemvI8Stage,
-  kWgmmaLoneTail,
-  kWgmmaPair
-};
+enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8, kGemvI8Stage, kWgmmaLoneTail };
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
                             env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
-                            env_default_on("QSP_WGMMA_LONE_TAIL"), env_default_on("QSP_WGMMA_PAIR")};
+                            env_default_on("QSP_WGMMA_LONE_TAIL")};
   return on[int(s)];
 }
 
@@ -419,12 +404,6 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
       if (!ws_ok) return cudaErrorInvalidValue;
       a.i8s = a.i8 ? static_cast<uint32_t*>(g.i8_stage) : nullptr;
       break;
-    default: return cudaErrorInvalidValue;
-  }
-  switch (g.wg_pair) {
-    case 0: a.wg_pair = switch_on(Switch::kWgmmaPair); break;
-    case 1: a.wg_pair = 0; break;
-    case 2: a.wg_pair = 1; break;
     default: return cudaErrorInvalidValue;
   }
   a.o.out_h = g.out_h;

@@ -37,7 +37,6 @@ struct KArgs {
   int32_t stage_x;  // the GEMV's activations staged in shared memory (GemmArgs::gemv_stage_x)
   int32_t i8;       // the integer GEMV (M = 1; GemmArgs::gemv_i8)
   uint32_t* i8s;    // i8: its activations formed once into this (GemmArgs::i8_stage), or null
-  int32_t wg_pair;  // the wgmma 64-token tile: two K chunks a round (wgmma::Args::pair)
 };
 
 // ---- Tile configurations of the mma.sync kernel --------------------------------------------

@@ -21,8 +21,8 @@
 //    fragment layout is wgmma's per-warp A layout) and issues four
 //    wgmma.m64nBTk16 with B from the swizzled X tile, waits for them and
 //    hands the slot back through its "empty" mbarrier (one arrive per warp).
-//    The 64-token tile takes two chunks per round (Args::pair, the default):
-//    both decoded, their eight wgmmas in one group, one wait.
+//    The 64-token tile always takes two chunks per round (an odd count's
+//    last alone): both decoded, their eight wgmmas in one group, one wait.
 //    The two consumer warpgroups interleave: one decodes while the other's
 //    wgmmas run.
 //  - Epilogue: the fp32 accumulators (D = W X^T, weight rows x tokens) go
@@ -142,9 +142,8 @@ __device__ unsigned long long g_probe[kProbeSlots];
 
 // ---- The kernel ------------------------------------------------------------------------------
 // MinB: blocks per SM the registers and shared memory are budgeted for (2:
-// the 64-token tile only, Args::per_sm). kPair: the consumers take two K
-// chunks per round (the 64-token tile only, Args::pair).
-template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB, bool kPair>
+// the 64-token tile only, Args::per_sm).
+template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB>
 __global__ void __launch_bounds__(kThreads, MinB)
     wgmma_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ WMaps wm, const Args a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -341,8 +340,10 @@ __global__ void __launch_bounds__(kThreads, MinB)
   probe[kProbeChunks] = nk;
 #endif
   // Chunks a round: kRound at a time through decode, one wgmma group and
-  // its wait (Args::pair), then one at a time for the rest.
-  static_assert(!kPair || BT == kTokTileTiny, "two chunks a round: the 64-token tile only");
+  // its wait, then one at a time for the rest. Two for the 64-token tile
+  // (H100: every M = 64 GEMM 1-4% faster than one a round; the one-chunk
+  // kernels were dropped), one for the others.
+  constexpr bool kPair = BT == kTokTileTiny;
   constexpr int kRound = kPair ? 2 : 1;
   int kt = 0;
   for (; kt + kRound <= nk; kt += kRound) {
@@ -438,10 +439,10 @@ __global__ void __launch_bounds__(kThreads, MinB)
 }
 
 // ---- Host side ------------------------------------------------------------------------------
-template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB, bool kPair>
+template <WFormat F, int BT, Epilogue EP, bool kSplit, int MinB>
 cudaError_t launch_one(const Args& a, const CUtensorMap& map, const WMaps& wm, dim3 grid, cudaStream_t stream) {
   using L = Layout<F, BT, MinB>;
-  auto kernel = wgmma_kernel<F, BT, EP, kSplit, MinB, kPair>;
+  auto kernel = wgmma_kernel<F, BT, EP, kSplit, MinB>;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
@@ -473,7 +474,7 @@ bool encode_wmaps(const Args& a, bool dual, WMaps& m) {
   return true;
 }
 
-template <WFormat F, int BT, Epilogue EP, int MinB, bool kPair = false>
+template <WFormat F, int BT, Epilogue EP, int MinB>
 cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   CUtensorMap map;
   if (!sm90::encode_f16_2d(&map, a.x, uint64_t(a.K), uint64_t(a.o.M), uint64_t(a.ldx) * 2, BT)) {
@@ -492,14 +493,14 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
   args.chunks_per_split = a.KC;
   if (splits > 1) {
     args.chunks_per_split = (a.KC + splits - 1) / splits;
-    const cudaError_t e = launch_one<F, BT, EP, true, MinB, kPair>(args, map, wm, dim3(grid.x, grid.y, splits), stream);
+    const cudaError_t e = launch_one<F, BT, EP, true, MinB>(args, map, wm, dim3(grid.x, grid.y, splits), stream);
     if (e == cudaSuccess) return cudaGetLastError();
     // A cluster that cannot be scheduled is a launch-configuration error (not
     // sticky): run unsplit rather than fail the forward pass.
     (void)cudaGetLastError();
     args.chunks_per_split = a.KC;
   }
-  return launch_one<F, BT, EP, false, MinB, kPair>(args, map, wm, grid, stream);
+  return launch_one<F, BT, EP, false, MinB>(args, map, wm, grid, stream);
 }
 
 }  // namespace
@@ -507,7 +508,7 @@ cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
 bool available(int dev) {
 #if defined(QSP_WGMMA)
   static PerDevice once;
-  return runs_on(once, dev, wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16, false, 1, false>);
+  return runs_on(once, dev, wgmma_kernel<WFormat::kQ4_0, kTokTileLarge, Epilogue::kStoreF16, false, 1>);
 #else
   (void)dev;
   return false;
@@ -536,7 +537,7 @@ int cluster_blocks(int dev, int ks) {
   static PerDevice waves[4];
   return waves[ks == 1 ? 0 : ks == 2 ? 1 : ks == 4 ? 2 : 3].get(dev, [&] {
     using L = Layout<WFormat::kQ4_0, BT, MinB>;
-    auto kernel = wgmma_kernel<WFormat::kQ4_0, BT, Epilogue::kStoreF16, true, MinB, false>;
+    auto kernel = wgmma_kernel<WFormat::kQ4_0, BT, Epilogue::kStoreF16, true, MinB>;
     static PerDevice smem_once;
     int n = 0;
     const ClusterZLaunch cl(dim3(1, 1, unsigned(ks)), kThreads, L::kBytes, nullptr);
@@ -601,11 +602,8 @@ cudaError_t run(const Args& a, WFormat fmt, Epilogue ep, int tok_tile, int split
         constexpr Epilogue EP = decltype(e)::value;
         if (tok_tile == kTokTileLarge) return launch<F, kTokTileLarge, EP, 1>(a, splits, stream);
         if (tok_tile == kTokTileSmall) return launch<F, kTokTileSmall, EP, 1>(a, splits, stream);
-        if (a.per_sm == 2)
-          return a.pair ? launch<F, kTokTileTiny, EP, 2, true>(a, splits, stream)
-                        : launch<F, kTokTileTiny, EP, 2>(a, splits, stream);
-        return a.pair ? launch<F, kTokTileTiny, EP, 1, true>(a, splits, stream)
-                      : launch<F, kTokTileTiny, EP, 1>(a, splits, stream);
+        if (a.per_sm == 2) return launch<F, kTokTileTiny, EP, 2>(a, splits, stream);
+        return launch<F, kTokTileTiny, EP, 1>(a, splits, stream);
       });
     }
   });

@@ -43,16 +43,6 @@ struct Args {
   // 100 KB of shared memory: two blocks hide each other's per-chunk latency
   // where the grid is below a wave; forced only, GemmArgs::wg_per_sm).
   int32_t per_sm = 1;
-  // The 64-token tile's consumers take two K chunks per round: one
-  // full-barrier wait each, both decoded, their eight wgmmas in one group,
-  // one wait, both slots released. At M = 64 a chunk's four wgmmas are ~130
-  // of its ~1,000 cycles; the per-round waits, fences and the warpgroup's
-  // convergence at its wgmmas are much of the rest (bench/RESULTS.md,
-  // twenty-second session's probes). Measured (H100, twenty-third session):
-  // every M = 64 GEMM of the 8B 1-4% faster, the 64-sequence step 1%, a
-  // 128-token prompt 4%; so the per-round waits are not most of a chunk's
-  // cost. On unless $QSP_WGMMA_PAIR=0 (GemmArgs::wg_pair).
-  int32_t pair = 0;
 };
 
 // The tile constants kTokTileLarge / kTokTileSmall (token rows per block) and

@@ -179,10 +179,6 @@ struct GemmArgs {
   // 64-token tile's kernel built for two blocks per SM (2; 0 or 1: one;
   // wgmma::Args::per_sm). Not chosen by the plan until measured.
   int32_t wg_per_sm = 0;
-  // Tests and benchmarks: the 64-token wgmma tile's consumers take two K
-  // chunks a round (wgmma::Args::pair): 0 as $QSP_WGMMA_PAIR says (on unless
-  // "0"), 1 no, 2 yes. Other tiles ignore it.
-  int32_t wg_pair = 0;
   // Tests and benchmarks: how the wgmma kernel copies a stage's weights
   // (WgmmaWeights); the plan model's rates follow it. No effect on the other
   // kernels.
