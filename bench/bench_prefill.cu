@@ -24,6 +24,9 @@
 //                      cudaProfilerStart / Stop, for scripts/gpu-profile)
 //                      [--weights realistic|fast]  (fast: random codes, quicker to make,
 //                      ~10% optimistic at 2048 tokens on the H200: bench_weights.h)
+//                      [--profile]          (after each qsp row, one more call with its
+//                      kernels timed one by one: kernels/launch_profile.h; every
+//                      pass eager, QSP_GRAPHS=0)
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -133,7 +136,34 @@ double time_qsp(qsp_context* ctx, uint32_t n, uint32_t past, int reps, const std
     if (r == 1) profile_range(false);
     if (r) t.push_back(dt);  // the first run warms up (and captures the decode graph)
   }
+  if (g_profile) {
+    QSP_QK(qsp_kv_truncate(ctx, 0));
+    if (past) QSP_QK(qsp_prefill(ctx, tokens.data(), past));
+    char what[96];
+    std::snprintf(what, sizeof what, "%u tokens after %u (median %.3f ms)", n, past, median(t));
+    profile_pass(what, [&] { QSP_QK(qsp_prefill(ctx, tokens.data() + past, n)); });
+  }
   return median(t);
+}
+
+void print_profile(const char* what, double wall_ms) {
+  const std::vector<qsp::kern::prof::Row> rows = qsp::kern::prof::stop();
+  double sum = 0.0;
+  int launches = 0;
+  for (const auto& r : rows) sum += r.ms, launches += r.launches;
+  std::printf("  profile, %s: %d launches, kernels %.3f ms of the eager call's %.3f ms\n", what, launches, sum,
+              wall_ms);
+  if (rows.empty()) {
+    std::printf("  (no launch recorded: a replayed graph? QSP_GRAPHS=0 must be set before the context)\n");
+    return;
+  }
+  std::printf("  %-11s %-15s %-5s %8s %9s %9s %6s\n", "kernel", "grid", "block", "launches", "ms", "us each", "%");
+  for (const auto& r : rows) {
+    char grid[48];
+    std::snprintf(grid, sizeof grid, "%ux%ux%u", r.grid.x, r.grid.y, r.grid.z);
+    std::printf("  %-11s %-15s %-5u %8d %9.3f %9.2f %6.1f\n", r.name.c_str(), grid, r.block.x * r.block.y * r.block.z,
+                r.launches, r.ms, 1e3 * r.ms / r.launches, 100.0 * r.ms / sum);
+  }
 }
 
 void profile_range(bool start) {
@@ -256,11 +286,15 @@ int main(int argc, char** argv) {
     else if (a == "--batch" && i + 1 < argc) batches = split_commas(argv[++i]);
     else if (a == "--tp" && i + 1 < argc) tp = split_commas(argv[++i]);
     else if (a == "--profile-range") g_profile_range = true;
+    else if (a == "--profile") {
+      g_profile = true;
+      setenv("QSP_GRAPHS", "0", 1);  // read when a context is made: none exists yet
+    }
     else if (a == "--weights" && i + 1 < argc && (std::strcmp(argv[i + 1], "realistic") == 0 ||
                                                    std::strcmp(argv[i + 1], "fast") == 0))
       g_weights = std::strcmp(argv[++i], "fast") == 0 ? Weights::kFast : Weights::kRealistic;
     else {
-      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--reps N] [--no-baseline] [--batch 32x128,64x1@512,4x512+60x1@512] [--gguf FILE,...] [--tp 1,2,4,2s] [--profile-range] [--weights realistic|fast]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--reps N] [--no-baseline] [--batch 32x128,64x1@512,4x512+60x1@512] [--gguf FILE,...] [--tp 1,2,4,2s] [--profile-range] [--profile] [--weights realistic|fast]\n", argv[0]);
       return 2;
     }
   }

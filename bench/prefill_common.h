@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench_weights.h"
+#include "kernels/launch_profile.h"
 #include "qsp/qsp.h"
 
 namespace bench {
@@ -57,6 +58,14 @@ inline int reps_for(uint32_t n, int reps) { return n >= 4096 ? std::max(3, reps 
 inline bool g_profile_range = false;
 void profile_range(bool start);
 
+// --profile: after each measurement, one more call with every kernel launch
+// timed by CUDA events (kernels/launch_profile.h; passes eager: QSP_GRAPHS=0
+// is set before any context exists), printed per kernel family and grid.
+inline bool g_profile = false;
+template <class Pass>
+void profile_pass(const char* what, Pass&& pass);
+void print_profile(const char* what, double wall_ms);
+
 // A CUDA context of shape s, its weights of type bt generated and uploaded
 // (generate = false: a second context of the same model, every handle
 // already in the weight cache). n_devices / device_mask: qsp_context_params'
@@ -89,5 +98,15 @@ class CublasBaseline {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// One call of pass() with its launches timed (print_profile's table).
+template <class Pass>
+void profile_pass(const char* what, Pass&& pass) {
+  if (!g_profile) return;
+  qsp::kern::prof::start();
+  const double t0 = now_ms();
+  pass();
+  print_profile(what, now_ms() - t0);
+}
 
 }  // namespace bench

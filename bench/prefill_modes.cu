@@ -102,6 +102,12 @@ void bench_batch(const Shape& s, const BenchType& bt, const std::string& spec, i
     if (r) tb.push_back(b), ts.push_back(one);
   }
   const double mb = median(tb), ms = median(ts);
+  if (g_profile) {
+    reset();
+    char what[96];
+    std::snprintf(what, sizeof what, "batch %s (median %.3f ms)", spec.c_str(), mb);
+    profile_pass(what, [&] { QSP_QK(qsp_prefill_batch(seqs.data(), S, sizeof(qsp_batch_seq))); });
+  }
   char line[512];
   std::snprintf(line, sizeof line, "| %-10s | %-4s | batch %-16s | %4u | %6u | %9.3f | %10.0f | %9.3f | %10.0f | %5.2fx |",
                 s.name, bt.name().c_str(), spec.c_str(), S, n_tok, mb, n_tok / mb * 1e3, ms, n_tok / ms * 1e3,

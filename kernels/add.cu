@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/kernels.h"
+#include "kernels/launch_profile.h"
 
 namespace qsp {
 namespace kern {
@@ -38,6 +39,7 @@ __global__ void add_i32_kernel(const int32_t* a, int32_t b, int32_t* out) { *out
 
 cudaError_t add_i32(const int32_t* a, int32_t b, int32_t* out, cudaStream_t stream) {
   if (a == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  const prof::Scope timed("add_i32", dim3(1), dim3(1), stream);
   add_i32_kernel<<<1, 1, 0, stream>>>(a, b, out);
   return cudaGetLastError();
 }
@@ -47,7 +49,9 @@ cudaError_t add_f32(float* dst, const float* src, int64_t n, cudaStream_t stream
   if (n == 0) return cudaSuccess;
   const bool vec = reinterpret_cast<uintptr_t>(dst) % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
   const int64_t items = vec ? (n + 3) / 4 : n;
-  add_f32_kernel<<<unsigned((items + kThreads - 1) / kThreads), kThreads, 0, stream>>>(dst, src, n, vec);
+  const dim3 grid(unsigned((items + kThreads - 1) / kThreads));
+  const prof::Scope timed("add_f32", grid, dim3(kThreads), stream);
+  add_f32_kernel<<<grid, kThreads, 0, stream>>>(dst, src, n, vec);
   return cudaGetLastError();
 }
 

@@ -298,7 +298,10 @@ cudaError_t launch_cfg(KArgs a, int dev, int ks, int real_cols, cudaStream_t str
   const dim3 grid((a.o.N + real_cols - 1) / real_cols, (a.o.M + C::BM - 1) / C::BM, ks);
   if (ks == 1) return launch_pdl(PdlKernel::kGemm, kernel, grid, dim3(C::kThreads), kSmem, stream, a);
   const ClusterZLaunch cl(grid, C::kThreads, kSmem, stream, pdl_enabled(stream, PdlKernel::kGemm));
-  e = cudaLaunchKernelEx(&cl.cfg, kernel, a);
+  {
+    const prof::Scope timed(pdl_name(PdlKernel::kGemm), grid, dim3(C::kThreads), stream);
+    e = cudaLaunchKernelEx(&cl.cfg, kernel, a);
+  }
   if (e == cudaSuccess) return cudaGetLastError();
   // A cluster that cannot be scheduled is a launch-configuration error (not
   // sticky): run unsplit instead of failing the whole forward pass.

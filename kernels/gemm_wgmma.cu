@@ -453,6 +453,7 @@ cudaError_t launch_one(const Args& a, const CUtensorMap& map, const WMaps& wm, d
   }
   if (!kSplit) return launch_pdl(PdlKernel::kWgmma, kernel, grid, dim3(kThreads), L::kBytes, stream, map, wm, a);
   const ClusterZLaunch cl(grid, kThreads, L::kBytes, stream, pdl_enabled(stream, PdlKernel::kWgmma));
+  const prof::Scope timed(pdl_name(PdlKernel::kWgmma), grid, dim3(kThreads), stream);
   return cudaLaunchKernelEx(&cl.cfg, kernel, map, wm, a);
 }
 

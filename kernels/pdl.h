@@ -52,6 +52,7 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/launch_profile.h"
 #include "kernels/per_device.h"
 
 namespace qsp {
@@ -179,6 +180,7 @@ cudaError_t launch_pdl(PdlKernel family, void (*kernel)(P...), dim3 grid, dim3 b
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled(stream, family) ? 1 : 0;
+  const prof::Scope timed(pdl_name(family), grid, block, stream);  // bench_prefill --profile
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
 }
 
