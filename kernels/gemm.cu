@@ -105,12 +105,24 @@ void cluster_waves(int dev, int sms, int (&wave)[4]) {
 //                  kernels/gemm_plan.cpp). H100, twenty-third session, two alternating
 //                  rounds: the 8B 64-sequence step Q4_K_M 8.45 / 8.73 -> 8.13 / 8.00 ms
 //                  (-6%), Q4_0 6.50 / 6.61 -> 6.59 / 6.56 (equal); a 128-token prompt equal
-enum class Switch { kWgmmaTmaW, kWgmmaHybrid, kWgmmaDense64, kGemvXsmem, kGemvI8, kGemvI8Stage, kWgmmaLoneTail };
+//  - kGemvI8Wide  $QSP_GEMV_I8_WIDE (off unless set; not yet measured): the integer GEMV
+//                  of the matrices of few tiles and many groups in blocks of up to 16
+//                  warps, two an SM (GemvI8Wide::kAuto; kernels/gemv.cu, i8_wide_ok)
+enum class Switch {
+  kWgmmaTmaW,
+  kWgmmaHybrid,
+  kWgmmaDense64,
+  kGemvXsmem,
+  kGemvI8,
+  kGemvI8Stage,
+  kWgmmaLoneTail,
+  kGemvI8Wide
+};
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
                             env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
-                            env_default_on("QSP_WGMMA_LONE_TAIL")};
+                            env_default_on("QSP_WGMMA_LONE_TAIL"), env_on("QSP_GEMV_I8_WIDE")};
   return on[int(s)];
 }
 
@@ -404,6 +416,12 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
       if (!ws_ok) return cudaErrorInvalidValue;
       a.i8s = a.i8 ? static_cast<uint32_t*>(g.i8_stage) : nullptr;
       break;
+    default: return cudaErrorInvalidValue;
+  }
+  switch (g.gemv_i8_wide) {
+    case GemvI8Wide::kAuto: a.i8_wide = switch_on(Switch::kGemvI8Wide) ? 1 : 0; break;
+    case GemvI8Wide::kOff: a.i8_wide = 0; break;
+    case GemvI8Wide::kOn: a.i8_wide = 2; break;
     default: return cudaErrorInvalidValue;
   }
   a.o.out_h = g.out_h;

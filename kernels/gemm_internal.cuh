@@ -37,6 +37,7 @@ struct KArgs {
   int32_t stage_x;  // the GEMV's activations staged in shared memory (GemmArgs::gemv_stage_x)
   int32_t i8;       // the integer GEMV (M = 1; GemmArgs::gemv_i8)
   uint32_t* i8s;    // i8: its activations formed once into this (GemmArgs::i8_stage), or null
+  int32_t i8_wide;  // i8: up to 16 warps a block; 1: where the tiles are few, 2: wherever it runs (GemvI8Wide)
 };
 
 // ---- Tile configurations of the mma.sync kernel --------------------------------------------

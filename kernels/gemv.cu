@@ -18,8 +18,10 @@
 
 #include "kernels/formats/formats.cuh"
 #include "kernels/gemm_internal.cuh"
+#include "kernels/env.h"
 #include "kernels/gemv_i8.cuh"
 #include "kernels/pdl.h"
+#include "kernels/per_device.h"
 #include "kernels/ptx.cuh"
 #include "kernels/qweight.cuh"
 
@@ -439,16 +441,20 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32) stage_i8_kernel(const KA
 // what this kernel lacks (bench/RESULTS.md).
 // kPre: the activations come formed by stage_i8_kernel (a.i8s), the norm
 // too: never with kNormIn.
-template <WFormat F, Epilogue EP, bool kNormIn, bool kPre>
-__global__ void __launch_bounds__(gemv::kMaxWarps * 32, 3) gemv_i8_kernel(const KArgs a) {
+//
+// kWarps: the most warps a block runs. 8 (three blocks an SM, <= 80
+// registers) everywhere, or 16 (two blocks an SM, <= 64 registers) for the
+// matrices of few tiles and many groups (KArgs::i8_wide, i8_wide_ok).
+template <WFormat F, Epilogue EP, bool kNormIn, bool kPre, int kWarps = gemv::kMaxWarps>
+__global__ void __launch_bounds__(kWarps * 32, kWarps == gemv::kMaxWarps ? 3 : 2) gemv_i8_kernel(const KArgs a) {
   static_assert(!(kNormIn && kPre), "the stage kernel forms the norm");
   using T = WTraits<F>;
   using I = i8::I8<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int NM = kDual ? 2 : 1;
   constexpr int U = kDual ? 2 : 4;  // chunks whose weights are in flight at once
-  __shared__ float red[gemv::kMaxWarps][NM][8][gemv::kRedLd];
-  __shared__ __align__(16) uint32_t stage[gemv::kMaxWarps][i8::kGroupWords];
+  __shared__ float red[kWarps][NM][8][gemv::kRedLd];
+  __shared__ __align__(16) uint32_t stage[kWarps][i8::kGroupWords];
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -665,12 +671,42 @@ cudaError_t launch_mt(const KArgs& a, cudaStream_t stream) {
                     dim3(unsigned(kw * 32)), smem, stream, a);
 }
 
+// The formats whose integer GEMV fits 64 registers without the norm
+// prologue and the second matrix (ptxas: Q2_K / Q3_K 56, Q4_0 64), so a
+// block of 16 warps runs two to an SM (gemv_i8_kernel's kWarps).
+template <WFormat F>
+constexpr bool kI8Wide = F == WFormat::kQ2_K || F == WFormat::kQ3_K || F == WFormat::kQ4_0;
+
+// KArgs::i8_wide (GemvI8Wide): blocks of up to 16 warps for the matrices
+// of few tiles and many groups (the 8B's O and down projections: 256 tiles
+// on 132 SMs, 16 / 56 groups), so twice the warps have weights in flight
+// without a cluster (QSP_GEMV_I8_SPLIT, removed) or a second tile a block
+// (fewer blocks: the parked two-tile GEMV). 1: where the tiles are fewer
+// than two blocks an SM; 2: wherever the kernel may run.
+bool i8_wide_ok(const KArgs& a, int groups) {
+  if (!a.i8_wide || a.i8s || groups <= gemv::kMaxWarps) return false;
+  if (a.i8_wide == 2) return true;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return a.tiles < 2 * sm_count(dev);
+}
+
 template <WFormat F, Epilogue EP, bool kNormIn>
 cudaError_t launch_i8(const KArgs& a, cudaStream_t stream) {
   const int groups = (a.KC + 3) / 4;
   const int kw = std::max(1, std::min(gemv::kMaxWarps, groups));
   const size_t bytes = dweight_bytes(F, int64_t(a.tiles) * 16, a.K) * (EP == Epilogue::kSwiGLU ? 2 : 1);
   const PdlKernel family = bytes <= kPdlGemvSmallBytes ? PdlKernel::kGemv : PdlKernel::kGemvLarge;
+  if constexpr (kI8Wide<F> && !kNormIn && EP != Epilogue::kSwiGLU) {
+    if (i8_wide_ok(a, groups)) {
+      constexpr int kWide = 2 * gemv::kMaxWarps;
+      return launch_pdl(family, gemv_i8_kernel<F, EP, false, false, kWide>, dim3(unsigned(a.tiles)),
+                        dim3(unsigned(std::min(kWide, groups) * 32)), 0, stream, a);
+    }
+  }
   if (a.i8s) {
     const int blocks = (groups + gemv::kMaxWarps - 1) / gemv::kMaxWarps;
     // The staging is an RMSNorm-sized kernel: its PDL family (kernels/pdl.h).

@@ -147,6 +147,16 @@ enum class GemvI8 : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 //  kOff: every block forms them itself (each warp its 256-column groups).
 // No effect where the integer GEMV does not run. The same bits either way.
 enum class GemvI8Stage : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
+// How many warps a block of the integer GEMV runs (GemmArgs::gemv_i8_wide):
+//  kAuto: up to 16 (two blocks an SM) where $QSP_GEMV_I8_WIDE=1 (off until
+//         measured), the format's kernel fits 64 registers (Q2_K, Q3_K,
+//         Q4_0), the epilogue is not kSwiGLU, the input not a norm or a
+//         staged workspace, the matrix has more than 8 groups of 256 columns
+//         and fewer tiles of 16 rows than two blocks an SM; else kOff.
+//  kOn: up to 16 wherever those allow, whatever the tile count.
+//  kOff: up to 8 (three blocks an SM).
+// The two differ within fp32 rounding (the order of the warps' sums).
+enum class GemvI8Wide : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
@@ -195,6 +205,8 @@ struct GemmArgs {
   void* i8_stage = nullptr;
   size_t i8_stage_bytes = 0;
   GemvI8Stage gemv_i8_stage = GemvI8Stage::kAuto;
+  // Tests and benchmarks: the integer GEMV's warps a block (GemvI8Wide).
+  GemvI8Wide gemv_i8_wide = GemvI8Wide::kAuto;
   // Optional, the GEMV only (gemm_norm_in_ok(M, K)):
   // the input is not x (ignored, may be null) but the RMSNorm of the fp32
   // rows norm_in_x ([M][K], row stride norm_in_ldx), half(norm_in_x[m][i] *

@@ -4,8 +4,11 @@
 // A case is one line of a table: weight dtype, N x K, token counts, paths.
 #include "ops/gemm_check.h"
 
+#include "kernels/launch_profile.h"
+
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -564,6 +567,92 @@ TEST_CASE("op gemm: the integer GEMV's activations formed once equal each block'
   g.i8_stage_bytes = small.bytes;
   CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
   CUDA_REQUIRE(cudaGetLastError());
+}
+
+// GemmArgs::gemv_i8_wide: the integer GEMV in blocks of up to 16 warps
+// (GemvI8Wide::kOn) against 8 (kOff), on the same data: within fp32
+// rounding of the order of the warps' sums (fp16 out: one rounding step),
+// and the launch's block size as asked (the launch profiler's record).
+// Formats with the wide kernel (Q4_0, Q2_K, Q3_K) on 9 to 56 groups (a
+// last group of one chunk: Q4_0 at 4160), the three epilogues it serves;
+// where it does not apply (Q4_K, SwiGLU, 8 groups or fewer) kOn runs the
+// 8-warp kernel: the same bits.
+TEST_CASE("op gemm: the integer GEMV in blocks of 16 warps equals 8", "[gpu][gemm][gemv][i8]") {
+  QSP_REQUIRE_GPU();
+  namespace prof = qsp::kern::prof;
+  uint64_t seed = 8600;
+  const struct {
+    int32_t dt;
+    int64_t N, K;
+  } cases[] = {
+      {QSP_DTYPE_Q4_0, 4096, 4096},  {QSP_DTYPE_Q4_0, 200, 14336}, {QSP_DTYPE_Q4_0, 136, 4160},
+      {QSP_DTYPE_Q4_0, 40, 2304},    {QSP_DTYPE_Q2_K, 1000, 4096}, {QSP_DTYPE_Q2_K, 136, 12288},
+      {QSP_DTYPE_Q3_K, 1024, 3072},  {QSP_DTYPE_Q3_K, 136, 14336}, {QSP_DTYPE_Q4_K, 256, 4096},
+      {QSP_DTYPE_Q4_0, 64, 2048},  // 8 groups: not wide
+  };
+  for (const auto& c : cases) {
+    OpWeight w(c.dt, c.N, c.K, seed), w2(c.dt, c.N, c.K, seed + 1);
+    OpActs x(1, int(c.K), int(c.K), seed + 2);
+    seed += 3;
+    const int groups = int((c.K + 255) / 256);
+    const bool wide = c.dt != QSP_DTYPE_Q4_K && groups > 8;
+    std::vector<float> init(size_t(c.N));
+    Rng rng(seed++);
+    for (float& v : init) v = 2.0f * rng.normal();
+    for (Epilogue ep : {Epilogue::kStoreF16, Epilogue::kStoreF32, Epilogue::kAddF32, Epilogue::kSwiGLU}) {
+      const bool half = ep == Epilogue::kStoreF16 || ep == Epilogue::kSwiGLU;
+      DevBuf o[2] = {DevBuf(size_t(c.N) * 4), DevBuf(size_t(c.N) * 4)};
+      int block[2] = {0, 0};
+      for (int i = 0; i < 2; ++i) {
+        GemmArgs g = f32_args(x.ptr(), int32_t(c.K), 1, w.dw, nullptr, int32_t(c.N));
+        g.ep = ep;
+        if (ep == Epilogue::kSwiGLU) g.w2 = w2.dw;
+        point_out(g, o[i], half);
+        g.gemv_i8 = qsp::kern::GemvI8::kOn;
+        g.gemv_i8_wide = i ? qsp::kern::GemvI8Wide::kOn : qsp::kern::GemvI8Wide::kOff;
+        if (ep == Epilogue::kAddF32)
+          o[i].upload(init);
+        else
+          o[i].poison();
+        prof::start();
+        CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
+        const std::vector<prof::Row> rows = prof::stop();
+        REQUIRE(rows.size() == 1);
+        block[i] = int(rows[0].block.x);
+      }
+      INFO(qsp_dtype_name(c.dt) << " " << c.N << "x" << c.K << " epilogue " << int(ep));
+      const int want = 32 * std::min(groups, wide && ep != Epilogue::kSwiGLU ? 16 : 8);
+      CHECK(block[0] == 32 * std::min(groups, 8));
+      CHECK(block[1] == want);
+      std::vector<float> a, b;
+      if (half) {
+        for (const __half& h : o[0].download<__half>()) a.push_back(__half2float(h));
+        for (const __half& h : o[1].download<__half>()) b.push_back(__half2float(h));
+        a.resize(size_t(c.N)), b.resize(size_t(c.N));
+      } else {
+        a = o[0].download<float>(), b = o[1].download<float>();
+      }
+      double amax = 0.0;
+      for (float v : a) amax = std::max(amax, double(std::fabs(v)));
+      REQUIRE(amax > 0.0);
+      size_t bad = 0, diff = 0;
+      for (size_t i = 0; i < size_t(c.N); ++i) {
+        REQUIRE(std::isfinite(a[i]));
+        diff += a[i] != b[i];
+        const double d = std::fabs(double(a[i]) - double(b[i]));
+        if (d > (half ? 1e-3 * std::fabs(double(a[i])) : 0.0) + 2e-6 * amax) ++bad;
+      }
+      CHECK(bad == 0);
+      if (block[0] == block[1]) CHECK(diff == 0);  // the same kernel: the same bits
+    }
+  }
+  OpWeight w(QSP_DTYPE_Q4_0, 64, 256, 8690);
+  OpActs x(1, 256, 256, 8691);
+  DevBuf out(64 * 4);
+  GemmArgs g = f32_args(x.ptr(), 256, 1, w.dw, out.as<float>(), 64);
+  g.gemv_i8_wide = static_cast<qsp::kern::GemvI8Wide>(7);
+  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
+  CUDA_REQUIRE(cudaDeviceSynchronize());
 }
 
 TEST_CASE("op gemm: the integer GEMV on small shapes", "[gpu][gemm][gemv][i8][sanitize]") {
