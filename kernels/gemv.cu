@@ -679,7 +679,7 @@ constexpr bool kI8Wide = F == WFormat::kQ2_K || F == WFormat::kQ3_K || F == WFor
 
 // KArgs::i8_wide (GemvI8Wide): blocks of up to 16 warps for the matrices
 // of few tiles and many groups (the 8B's O and down projections: 256 tiles
-// on 132 SMs, 16 / 56 groups), so twice the warps have weights in flight
+// on 132 SMs, 16 / 48 groups), so twice the warps have weights in flight
 // without a cluster (QSP_GEMV_I8_SPLIT, removed) or a second tile a block
 // (fewer blocks: the parked two-tile GEMV). 1: where the tiles are fewer
 // than two blocks an SM; 2: wherever the kernel may run.
