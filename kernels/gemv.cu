@@ -16,9 +16,9 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "kernels/env.h"
 #include "kernels/formats/formats.cuh"
 #include "kernels/gemm_internal.cuh"
-#include "kernels/env.h"
 #include "kernels/gemv_i8.cuh"
 #include "kernels/pdl.h"
 #include "kernels/per_device.h"
