@@ -6,7 +6,7 @@ import threading
 from collections import namedtuple
 
 from . import _ffi
-from ._status import Backend, DType, QspError, _check_global, _s, dtype_name
+from ._status import Backend, DType, QspError, _Handle, _check_global, _s, dtype_name
 
 try:  # optional
     import numpy as _np
@@ -122,7 +122,7 @@ def _rows(count, hidden_size, n_tokens):
     return n_tokens
 
 
-class Context:
+class Context(_Handle, free="qsp_context_destroy"):
     """A qsp context: a model shape, its weights and a KV cache.
 
     ``Context(n_layers=..., hidden_size=..., ...)`` takes every field of
@@ -189,29 +189,6 @@ class Context:
             ptr, self._ptr = self._ptr, None
             if ptr:
                 _lib.qsp_context_destroy(ptr)
-
-    def __del__(self, _destroy=_lib.qsp_context_destroy):
-        # _destroy is bound now: module globals may be gone at interpreter exit.
-        ptr = getattr(self, "_ptr", None)
-        if ptr:
-            self._ptr = None
-            _destroy(ptr)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    @property
-    def closed(self):
-        return not self._ptr
-
-    def _p(self):
-        if not self._ptr:
-            raise ValueError("qsp: operation on a closed Context")
-        return self._ptr
 
     def _check(self, st):
         if st != 0:

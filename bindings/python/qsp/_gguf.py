@@ -7,7 +7,7 @@ from collections import namedtuple
 
 from . import _ffi
 from ._context import Context, _buffer
-from ._status import Backend, DType, QspError, _check_global, _s
+from ._status import Backend, DType, QspError, _Handle, _check_global, _s
 
 _lib = _ffi.lib
 
@@ -30,7 +30,7 @@ TensorDesc.__doc__ = """One tensor of a GGUF file: ``type`` is the GGML type id 
 knows it), ``shape`` the n_dims dimensions as stored (contiguous one first)."""
 
 
-class ModelFile:
+class ModelFile(_Handle, free="qsp_gguf_close"):
     """An open GGUF model file (memory-mapped, read-only), or a whole file in
     memory (``ModelFile.from_bytes``). Use it in a ``with`` block or call
     ``close()``; a forgotten one is closed when garbage-collected. Contexts
@@ -64,28 +64,6 @@ class ModelFile:
         if ptr:
             _lib.qsp_gguf_close(ptr)
         self._keep = None
-
-    def __del__(self, _close=_lib.qsp_gguf_close):
-        ptr = getattr(self, "_ptr", None)
-        if ptr:
-            self._ptr = None
-            _close(ptr)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    @property
-    def closed(self):
-        return not self._ptr
-
-    def _p(self):
-        if not self._ptr:
-            raise ValueError("qsp: operation on a closed ModelFile")
-        return self._ptr
 
     def info(self):
         """A GGUFInfo; strings are str."""

@@ -69,6 +69,49 @@ def _s(b):
     return b.decode("utf-8", "replace") if b is not None else ""
 
 
+class _Handle:
+    """What every owner of a library handle shares: a ``with`` block,
+    ``closed``, ``_p()`` (the live pointer, or ValueError naming the class)
+    and a finalizer that frees a forgotten one. A subclass names the library
+    function that frees its handle (``class Context(_Handle,
+    free="qsp_context_destroy")``) and defines ``close()``. The function is
+    looked up when the subclass is defined, because module globals may be
+    gone when a finalizer runs at interpreter exit; it is None where the
+    loaded library lacks it (an older libqsp: no such handle was made)."""
+
+    _ptr = None
+    _free = (None,)  # (the library's free function,): a tuple, so it never binds as a method
+
+    def __init_subclass__(cls, free=None, **kw):
+        super().__init_subclass__(**kw)
+        if free is not None:
+            cls._free = (getattr(_lib, free, None),)
+
+    def __del__(self):
+        ptr = getattr(self, "_ptr", None)
+        if ptr:
+            self._ptr = None
+            fn = self._free[0]
+            if fn is not None:
+                fn(ptr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    @property
+    def closed(self):
+        return not self._ptr
+
+    def _p(self):
+        if not self._ptr:
+            raise ValueError("qsp: operation on a closed %s" % type(self).__name__)
+        return self._ptr
+
+
 class QspError(Exception):
     """A failing qsp call: ``status`` (Status, or a plain int for a value this
     binding does not know) and ``message`` (the library's message)."""

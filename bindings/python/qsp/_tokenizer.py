@@ -7,7 +7,7 @@ from collections import namedtuple
 
 from . import _ffi
 from ._gguf import ModelFile, _check_gguf
-from ._status import QspError, Status, _s, version, version_number
+from ._status import QspError, Status, _Handle, _s, version, version_number
 
 _lib = _ffi.lib
 
@@ -56,7 +56,7 @@ def _utf8(b):
     return b.decode("utf-8", "replace")
 
 
-class Tokenizer:
+class Tokenizer(_Handle, free="qsp_tokenizer_destroy"):
     """The tokenizer a GGUF file carries (libqsp >= 1.2): text to token ids and
     back. Build it from a ModelFile (``model_file.tokenizer()``) or a path;
     it copies what it needs, so the file may be closed afterwards. Use it in a
@@ -93,30 +93,6 @@ class Tokenizer:
         ptr, self._ptr = self._ptr, None
         if ptr:
             _lib.qsp_tokenizer_destroy(ptr)
-
-    def __del__(self):
-        ptr = getattr(self, "_ptr", None)
-        if ptr:
-            self._ptr = None
-            destroy = getattr(_lib, "qsp_tokenizer_destroy", None)
-            if destroy is not None:
-                destroy(ptr)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    @property
-    def closed(self):
-        return not self._ptr
-
-    def _p(self):
-        if not self._ptr:
-            raise ValueError("qsp: operation on a closed Tokenizer")
-        return self._ptr
 
     def info(self):
         """A TokenizerInfo."""
@@ -177,7 +153,7 @@ class Tokenizer:
         return TextStream(self, skip_special)
 
 
-class TextStream:
+class TextStream(_Handle, free="qsp_text_stream_destroy"):
     """Streaming detokenization (qsp_text_stream): ``push(id)`` returns the
     text that became complete (a str; the bytes of an unfinished UTF-8
     character are held back until a later token completes it), ``flush()``
@@ -201,30 +177,6 @@ class TextStream:
         if ptr:
             _lib.qsp_text_stream_destroy(ptr)
         self._tokenizer = None
-
-    def __del__(self):
-        ptr = getattr(self, "_ptr", None)
-        if ptr:
-            self._ptr = None
-            destroy = getattr(_lib, "qsp_text_stream_destroy", None)
-            if destroy is not None:
-                destroy(ptr)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    @property
-    def closed(self):
-        return not self._ptr
-
-    def _p(self):
-        if not self._ptr:
-            raise ValueError("qsp: operation on a closed TextStream")
-        return self._ptr
 
     def push_bytes(self, token_id):
         p = self._p()
