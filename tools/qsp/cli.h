@@ -159,6 +159,9 @@ class ProgressBar {
 // ---- Shared by the subcommands (tools/qsp/commands.cpp) ------------------------
 // The options of commands that create a context (kExecOptions + --help), and their help.
 std::vector<OptionSpec> with_exec(std::vector<OptionSpec> v);
+// with_exec(v) plus the prompt's sources: --tokens, --random [--seed] and
+// kTextPromptOptions (prefill, generate).
+std::vector<OptionSpec> with_prompt_exec(std::vector<OptionSpec> v);
 extern const char* const kExecHelp;
 // The MODEL argument ("" for the built-in model); UsageError for more than one.
 std::string model_arg(const ParsedArgs& a, const std::string& command);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "cli.h"
 #include "gguf_write/gguf_synth.h"
@@ -21,6 +22,12 @@ std::vector<OptionSpec> with_exec(std::vector<OptionSpec> v) {
   v.insert(v.end(), kExecOptions.begin(), kExecOptions.end());
   v.push_back({"--help", "-h", false});
   return v;
+}
+
+std::vector<OptionSpec> with_prompt_exec(std::vector<OptionSpec> v) {
+  v.insert(v.end(), {{"--tokens", nullptr, true}, {"--random", "-r", true}, {"--seed", "-s", true}});
+  v.insert(v.end(), kTextPromptOptions.begin(), kTextPromptOptions.end());
+  return with_exec(std::move(v));
 }
 
 // --devices / --shards, in the help of the commands that run a model and of info.
@@ -159,16 +166,10 @@ qsp::gguf::SynthType wtype_of(const std::string& s) {
 // ---- prefill (and the demo) --------------------------------------------------
 int cmd_prefill(const std::vector<std::string>& argv, bool demo) {
   const ParsedArgs a = parse_args("prefill", argv,
-                                  with_exec({{"--tokens", nullptr, true},
-                                             {"--prompt", nullptr, true},
-                                             {"--prompt-file", nullptr, true},
-                                             {"--chat", nullptr, false},
-                                             {"--random", "-r", true},
-                                             {"--seed", "-s", true},
-                                             {"--chunk", nullptr, true},
-                                             {"--top", "-k", true},
-                                             {"--warmup", nullptr, true},
-                                             {"--logits-out", "-o", true}}));
+                                  with_prompt_exec({{"--chunk", nullptr, true},
+                                                    {"--top", "-k", true},
+                                                    {"--warmup", nullptr, true},
+                                                    {"--logits-out", "-o", true}}));
   if (a.has("--help")) {
     std::printf(
         "usage: qsp prefill [MODEL] (--prompt TEXT [--chat] | --tokens 1,2,3 | --random N [--seed S]) [options]\n"

@@ -172,16 +172,10 @@ void generate_parallel(const Model& m, const ExecOptions& e, const std::vector<s
 
 int cmd_generate(const std::vector<std::string>& argv) {
   const ParsedArgs a = parse_args("generate", argv,
-                                  with_exec({{"--tokens", nullptr, true},
-                                             {"--prompt", nullptr, true},
-                                             {"--prompt-file", nullptr, true},
-                                             {"--chat", nullptr, false},
-                                             {"--random", "-r", true},
-                                             {"--seed", "-s", true},
-                                             {"--tokens-file", nullptr, true},
-                                             {"--n", "-n", true},
-                                             {"--eos", nullptr, true},
-                                             {"--parallel", "-P", true}}));
+                                  with_prompt_exec({{"--tokens-file", nullptr, true},
+                                                    {"--n", "-n", true},
+                                                    {"--eos", nullptr, true},
+                                                    {"--parallel", "-P", true}}));
   if (a.has("--help")) {
     std::printf(
         "usage: qsp generate [MODEL] (--prompt TEXT [--chat] | --tokens 1,2,3 | --random N [--seed S]) [-n N] [options]\n"
