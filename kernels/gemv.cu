@@ -672,10 +672,11 @@ cudaError_t launch_mt(const KArgs& a, cudaStream_t stream) {
 }
 
 // The formats whose integer GEMV fits 64 registers without the norm
-// prologue and the second matrix (ptxas: Q2_K / Q3_K 56, Q4_0 64), so a
-// block of 16 warps runs two to an SM (gemv_i8_kernel's kWarps).
+// prologue and the second matrix, so a block of 16 warps runs two to an SM
+// (gemv_i8_kernel's kWarps): all of them (ptxas: Q2_K / Q3_K 56, Q4_0 61,
+// the rest 63-64, no spills).
 template <WFormat F>
-constexpr bool kI8Wide = F == WFormat::kQ2_K || F == WFormat::kQ3_K || F == WFormat::kQ4_0;
+constexpr bool kI8Wide = i8::HasI8<F>::value;
 
 // KArgs::i8_wide (GemvI8Wide): blocks of up to 16 warps for the matrices
 // of few tiles and many groups (the 8B's O and down projections: 256 tiles

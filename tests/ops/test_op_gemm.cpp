@@ -573,10 +573,9 @@ TEST_CASE("op gemm: the integer GEMV's activations formed once equal each block'
 // (GemvI8Wide::kOn) against 8 (kOff), on the same data: within fp32
 // rounding of the order of the warps' sums (fp16 out: one rounding step),
 // and the launch's block size as asked (the launch profiler's record).
-// Formats with the wide kernel (Q4_0, Q2_K, Q3_K) on 9 to 56 groups (a
-// last group of one chunk: Q4_0 at 4160), the three epilogues it serves;
-// where it does not apply (Q4_K, SwiGLU, 8 groups or fewer) kOn runs the
-// 8-warp kernel: the same bits.
+// Every integer format on 9 to 56 groups (a last group of one chunk: Q4_0
+// at 4160), the three epilogues it serves; where it does not apply
+// (SwiGLU, 8 groups or fewer) kOn runs the 8-warp kernel: the same bits.
 TEST_CASE("op gemm: the integer GEMV in blocks of 16 warps equals 8", "[gpu][gemm][gemv][i8]") {
   QSP_REQUIRE_GPU();
   namespace prof = qsp::kern::prof;
@@ -588,6 +587,9 @@ TEST_CASE("op gemm: the integer GEMV in blocks of 16 warps equals 8", "[gpu][gem
       {QSP_DTYPE_Q4_0, 4096, 4096},  {QSP_DTYPE_Q4_0, 200, 14336}, {QSP_DTYPE_Q4_0, 136, 4160},
       {QSP_DTYPE_Q4_0, 40, 2304},    {QSP_DTYPE_Q2_K, 1000, 4096}, {QSP_DTYPE_Q2_K, 136, 12288},
       {QSP_DTYPE_Q3_K, 1024, 3072},  {QSP_DTYPE_Q3_K, 136, 14336}, {QSP_DTYPE_Q4_K, 256, 4096},
+      {QSP_DTYPE_Q5_K, 136, 12288},  {QSP_DTYPE_Q6_K, 1024, 4096}, {QSP_DTYPE_Q6_K, 136, 12288},
+      {QSP_DTYPE_Q8_0, 4096, 4096},  {QSP_DTYPE_Q8_0, 136, 4160},  {QSP_DTYPE_Q4_1, 200, 2304},
+      {QSP_DTYPE_Q5_0, 136, 4096},   {QSP_DTYPE_Q5_1, 136, 3072},
       {QSP_DTYPE_Q4_0, 64, 2048},  // 8 groups: not wide
   };
   for (const auto& c : cases) {
@@ -595,7 +597,7 @@ TEST_CASE("op gemm: the integer GEMV in blocks of 16 warps equals 8", "[gpu][gem
     OpActs x(1, int(c.K), int(c.K), seed + 2);
     seed += 3;
     const int groups = int((c.K + 255) / 256);
-    const bool wide = c.dt != QSP_DTYPE_Q4_K && groups > 8;
+    const bool wide = groups > 8;
     std::vector<float> init(size_t(c.N));
     Rng rng(seed++);
     for (float& v : init) v = 2.0f * rng.normal();
