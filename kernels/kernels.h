@@ -149,8 +149,8 @@ enum class GemvI8 : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 enum class GemvI8Stage : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 // How many warps a block of the integer GEMV runs (GemmArgs::gemv_i8_wide):
 //  kAuto: up to 16 (two blocks an SM) where $QSP_GEMV_I8_WIDE=1 (off until
-//         measured), the format's kernel fits 64 registers (Q2_K, Q3_K,
-//         Q4_0), the epilogue is not kSwiGLU, the input not a norm or a
+//         measured), the format runs the integer GEMV (every one fits 64
+//         registers there), the epilogue is not kSwiGLU, the input not a norm or a
 //         staged workspace, the matrix has more than 8 groups of 256 columns
 //         and fewer tiles of 16 rows than two blocks an SM; else kOff.
 //  kOn: up to 16 wherever those allow, whatever the tile count.
