@@ -203,7 +203,8 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
       return cudaErrorInvalidValue;
     if (!(a.scale > 0.0f) || !std::isfinite(a.scale) || !aligned16(a.q) || !aligned16(a.out))
       return cudaErrorInvalidValue;
-    if (a.path == AttnPath::kWgmma || a.path == AttnPath::kWgmmaOne) return cudaErrorNotSupported;
+    if (a.path == AttnPath::kWgmma || a.path == AttnPath::kWgmmaOne || a.path == AttnPath::kCluster)
+      return cudaErrorNotSupported;
     return attn::run_mma(a, make_batch_plan(a.max_piece, a.n_heads, a.n_kv_heads, a.n_tiles), stream);
   }
   if (!a.q || !a.k_cache || !a.v_cache || !a.out || !a.past) return cudaErrorInvalidValue;
@@ -224,8 +225,13 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
   const size_t scratch = a.scratch && aligned16(a.scratch) ? a.scratch_bytes : 0;
   const Plan pl = make_plan(a.M, a.n_heads, a.n_kv_heads, a.head_dim, a.max_seq, n_sms, scratch);
   if (a.path != AttnPath::kAuto && a.path != AttnPath::kMma && a.path != AttnPath::kWgmma &&
-      a.path != AttnPath::kWgmmaOne)
+      a.path != AttnPath::kWgmmaOne && a.path != AttnPath::kCluster)
     return cudaErrorInvalidValue;
+  // The decode step in one launch, its split-KV merged by a cluster
+  // (kernels/attention_decode.cu); off by default until measured.
+  static const bool cluster_auto = env_on("QSP_ATTN_CLUSTER");
+  if (a.path == AttnPath::kCluster || (a.path == AttnPath::kAuto && cluster_auto && attn::cluster_decode_runs(a)))
+    return attn::run_cluster_decode(a, stream);
   // On Hopper the wgmma kernel (one 128-row block per SM, no split-KV)
   // whenever its grid fills >= 20% of a wave: measured 1.7-2.6x the mma.sync
   // kernels from 128 to 8192 tokens (bench/RESULTS.md). Short chunks and

@@ -80,6 +80,11 @@ constexpr int kCombineMaxSplits = kCombineThreads;  // one lse per thread
 // The mma.sync kernel of plan pl (and the combine when it splits the keys);
 // kernels/attention_mma.cu.
 cudaError_t run_mma(const AttnArgs& a, const Plan& pl, cudaStream_t stream);
+// The decode step's cluster kernel (kernels/attention_decode.cu): whether it
+// runs these arguments (M = 1, not batched, group 1 / 2 / 4 / 8, head_dim
+// 64 / 128, sm_90+), and its launch (cudaErrorNotSupported where it does not).
+bool cluster_decode_runs(const AttnArgs& a);
+cudaError_t run_cluster_decode(const AttnArgs& a, cudaStream_t stream);
 // out[row] = the merge of n_splits partials (o_part [n_splits][rows][D],
 // lse_part [n_splits][rows], base 2); D = head_dim; kernels/attention_combine.cu.
 cudaError_t launch_combine(const float* o_part, const float* lse_part, __half* out, int rows, int n_splits,

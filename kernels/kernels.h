@@ -300,7 +300,11 @@ cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream);
 // h / (n_heads / n_kv_heads)), softmax(q.k * scale) v, online softmax.
 // kWgmmaOne: the sm_90a kernel with blocks of one consumer warpgroup (64
 // rows; attention_wgmma.h), forced.
-enum class AttnPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kWgmmaOne = 3 };
+// kCluster: the decode step's one-launch split-KV (kernels/attention_decode.cu:
+// M = 1, GQA group 1, 2, 4 or 8, head_dim 64 / 128, sm_90; else
+// cudaErrorNotSupported); kAuto takes it where $QSP_ATTN_CLUSTER=1 (off until
+// measured).
+enum class AttnPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kWgmmaOne = 3, kCluster = 4 };
 // Whether the decode-sized mma.sync kernel (16 rows a block) copies its
 // first two K / V tiles before waiting for the previous kernel
 // (AttnArgs::prefetch; kernels/pdl.h): the tiles whose keys are all below

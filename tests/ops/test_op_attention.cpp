@@ -212,6 +212,127 @@ TEST_CASE("op attention: cache tiles copied before qk_rope's end give the same b
   cudaStreamDestroy(stream);
 }
 
+// AttnPath::kCluster (kernels/attention_decode.cu): the decode step's
+// split-KV merged inside one launch by a cluster of 8 blocks a KV head.
+// Against the CPU op on GQA groups 1, 2, 4, 8, head_dim 64 / 128, from one
+// cached key to more than a round of rows a warp (64 x 32 = 2048 keys), the
+// poisoned tail past the cache's end; under PDL after qk_rope (the rows
+// below past copied before the wait) against the mma.sync kernel on the same
+// data, the same bits trial after trial; a graph replayed at moving
+// positions; the shapes it does not take refused.
+TEST_CASE("op attention: the decode step's cluster kernel", "[gpu][attention][decode][cluster]") {
+  QSP_REQUIRE_GPU();
+  constexpr kern::AttnPath kCluster = kern::AttnPath::kCluster;
+  Rng rng(7070);
+  bool ran = true;
+  for (int D : {64, 128})
+    for (const auto& hh : {std::make_pair(8, 8), std::make_pair(16, 8), std::make_pair(32, 8), std::make_pair(64, 8)})
+      for (int past : {0, 1, 5, 31, 32, 100, 513, 2047, 2048, 2100, 4500})
+        ran = run_attention_case({D, hh.first, hh.second, 1, past, past + 1 + 37}, rng, kCluster) && ran;
+  ran = run_attention_case({128, 32, 8, 1, 999, 1000}, rng, kCluster) && ran;  // the cache full
+  ran = run_attention_case({128, 16, 2, 1, 300, 400}, rng, kCluster) && ran;   // group 8, 2 KV heads
+  if (!ran) {
+    std::printf("SKIPPED: the cluster decode attention (needs sm_90)\n");
+    return;
+  }
+
+  cudaStream_t stream = nullptr;
+  CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // After qk_rope under PDL, against the mma.sync kernel on the same data.
+  const AttnCase pdl_cases[] = {{128, 32, 8, 1, 0, 40},      {128, 32, 8, 1, 64, 2065}, {128, 32, 8, 1, 2047, 2065},
+                                {128, 16, 8, 1, 3000, 4100}, {64, 16, 4, 1, 700, 800}};
+  for (const AttnCase& c : pdl_cases) {
+    INFO(describe(c));
+    const AttnData d(c, rng);
+    AttnRig rig(c, true);
+    const int D = c.head_dim, Q = c.n_heads * D, KV = c.n_kv_heads * D, ld = Q + 2 * KV;
+    std::vector<float> qkv(static_cast<size_t>(ld));
+    for (float& x : qkv) x = rng.normal();
+    DevBuf d_qkv(qkv.size() * 4);
+    d_qkv.upload(qkv);
+    std::vector<uint16_t> ref, first;
+    for (int trial = 0; trial < 4; ++trial) {
+      rig.load(d);  // the old cache again (qk_rope overwrote row past)
+      rig.out.poison();
+      rig.scratch.poison();
+      set_past(rig.past, c.past);
+      CUDA_REQUIRE(cudaDeviceSynchronize());  // the stream is non-blocking: order the copies first
+      kern::QkRopeArgs r = rig.rope_args(d_qkv.as<float>(), ld, nullptr, nullptr, 0);
+      r.eps = 1e-6f;
+      kern::AttnArgs a = rig.args();
+      a.path = trial == 0 ? kern::AttnPath::kMma : kCluster;
+      {
+        kern::PdlPass pass(1);  // a decode pass's launches: PDL on sm_90
+        CUDA_REQUIRE(kern::qk_rope(r, stream));
+        CUDA_REQUIRE(kern::attention(a, stream));
+      }
+      CUDA_REQUIRE(cudaStreamSynchronize(stream));
+      const std::vector<uint16_t> out = rig.out.download<uint16_t>();
+      size_t not_finite = 0;
+      for (uint16_t h : out) not_finite += !h_is_finite(h);
+      REQUIRE(not_finite == 0);
+      if (trial == 0) {
+        ref = out;
+        continue;
+      }
+      INFO("trial " << trial);
+      RelL2 err;
+      for (size_t i = 0; i < out.size(); ++i) err.add(qsp::fp16_to_fp32(out[i]), qsp::fp16_to_fp32(ref[i]));
+      INFO("relative L2 against mma.sync " << err.value() << ", max abs " << err.max_abs);
+      CHECK(err.value() < 2e-3);
+      CHECK(err.max_abs < 2e-2);
+      if (trial == 1)
+        first = out;
+      else
+        CHECK(out == first);
+    }
+  }
+
+  // One graph, replayed at moving positions (the grid does not depend on past).
+  {
+    const int max_seq = 3000;
+    const AttnCase full{128, 32, 8, 1, max_seq - 1, max_seq};
+    AttnData d(full, rng);
+    AttnRig rig(full, true);
+    rig.load(d);
+    kern::AttnArgs a = rig.args();
+    a.path = kCluster;
+    set_past(rig.past, 0);
+    CUDA_REQUIRE(kern::attention(a, stream));  // warm-up outside the capture
+    CUDA_REQUIRE(cudaStreamSynchronize(stream));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    const cudaError_t launch = kern::attention(a, stream);
+    CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
+    CUDA_REQUIRE(launch);
+    CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+    for (int past : {0, 1, 63, 64, 65, 700, 2047, 2048, max_seq - 1}) {
+      set_past(rig.past, past);
+      rig.out.poison();
+      CUDA_REQUIRE(cudaDeviceSynchronize());
+      CUDA_REQUIRE(cudaGraphLaunch(exec, stream));
+      CUDA_REQUIRE(cudaStreamSynchronize(stream));
+      INFO("graph replay at past " << past);
+      check_attention(d, past, rig.out.download<uint16_t>(), rng);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(stream);
+
+  // What it does not take: a chunk of more than one token, group 5.
+  AttnRig rig(AttnCase{128, 32, 8, 3, 10, 40}, true);
+  kern::AttnArgs a = rig.args();
+  a.path = kCluster;
+  CHECK(kern::attention(a, nullptr) == cudaErrorNotSupported);
+  AttnRig rig5(AttnCase{128, 10, 2, 1, 10, 40}, true);
+  a = rig5.args();
+  a.path = kCluster;
+  CHECK(kern::attention(a, nullptr) == cudaErrorNotSupported);
+  CUDA_REQUIRE(cudaGetLastError());
+}
+
 TEST_CASE("op attention: rejects unsupported arguments", "[gpu][attention]") {
   QSP_REQUIRE_GPU();
   AttnRig rig(AttnCase{128, 8, 4, 4, 0, 16}, true);

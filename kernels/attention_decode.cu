@@ -1,0 +1,310 @@
+// The decode step's attention (M = 1) in one launch: split-KV whose merge is
+// done inside the launch by a thread-block cluster, in parallel, instead of
+// by a second kernel (kernels/attention_combine.cu). AttnPath::kCluster
+// forces it; $QSP_ATTN_CLUSTER=1 makes kAuto take it for every decode step
+// it can run (off until measured: bench/RESULTS.md, twenty-seventh session,
+// says what decides it).
+//
+// Work decomposition (one cluster per KV head)
+//  - grid (1, n_kv_heads, kCtas), cluster (1, 1, kCtas): the kCtas blocks of
+//    a KV head, kWarps warps each, split its keys 0 .. past (kv_len of them)
+//    into kCtas * kWarps contiguous ranges, one a warp. A warp serves all GP
+//    query heads of the GQA group: each cache row is read once.
+//  - A warp copies its range's K and V rows into its own shared memory by
+//    cp.async, up to kKeys rows a round (one round up to kKeys * 32 cached
+//    keys: 2048 at kKeys = 64), all in flight at once; the rows of keys below
+//    `past` before the PDL wait (the previous kernel, qk_rope, writes only
+//    row `past`), the rest after it.
+//  - Scores and the online softmax on the CUDA cores, fp32: a key row is
+//    D / 8 lanes (16 bytes each: LDS.128), so a warp takes 32 / (D / 8) keys
+//    a step, each lane group keeping its own running max, sum and 8 output
+//    columns per head; the groups merge by shuffles at the end.
+//  - Merge: the warps of a block in shared memory (after __syncthreads),
+//    then, after a cluster barrier, block r merges slice r of the GP x D
+//    outputs from the kCtas blocks' partials through distributed shared
+//    memory, normalizes and stores fp16. A second cluster barrier keeps every
+//    block's shared memory alive until all have read it.
+// The partials are base-2: m (max of score * scale * log2 e), l (sum of
+// 2^(s - m)), o (sum of 2^(s - m) v, unnormalized), as the split-KV kernel's.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention_internal.cuh"
+#include "kernels/pdl.h"
+#include "kernels/per_device.h"
+#include "kernels/ptx.cuh"
+
+namespace qsp {
+namespace kern {
+namespace attn {
+namespace {
+
+constexpr int kCtas = 8;   // blocks a cluster (a KV head); portable cluster size
+constexpr int kWarps = 4;  // warps a block
+constexpr int kKeys = 64;  // cache rows a warp holds in shared memory per round
+
+struct DecParams {
+  const __half* q;
+  const __half* k;
+  const __half* v;
+  __half* out;
+  const int32_t* past;
+  int max_seq, group;
+  float scale_log2;
+};
+
+template <int D, int GP>
+struct DecLayout {
+  static constexpr int kRow = D * 2;                  // bytes of a cache row
+  static constexpr int kWarpKV = 2 * kKeys * kRow;    // a warp's K then V rows
+  static constexpr int kPart = GP * (D + 2);          // floats of a partial: o [GP][D], m [GP], l [GP]
+  static constexpr int kWarpParts = kWarps * kPart;   // the block's warps' partials
+  static constexpr int kBytes = kWarps * kWarpKV + (kWarpParts + kPart) * 4;
+  static_assert(GP * D % kCtas == 0, "the outputs split evenly over the cluster's blocks");
+  static_assert(GP * D / kCtas <= 32 * kWarps, "a thread per output of a block's slice");
+};
+
+template <int D, int GP>
+__global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(const DecParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using L = DecLayout<D, GP>;
+  // A partial's weight in a merge: 2^(m_i - m) for its max m_i under the
+  // merged max m; 0 for an empty partial (m_i = -inf), never NaN.
+  auto weight_of = [](float mi, float m) { return mi == -INFINITY ? 0.0f : ex2_approx(mi - m); };
+  constexpr int kLanesPerKey = D / 8;            // 16-byte chunks of a row
+  constexpr int kKeysPerStep = 32 / kLanesPerKey;  // 2 (D = 128) or 4 (D = 64)
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int kvh = blockIdx.y, rank = blockIdx.z;
+  const int sub = lane / kLanesPerKey, c = lane % kLanesPerKey;
+  const uint32_t sK = smem_u32(smem) + uint32_t(warp * L::kWarpKV), sV = sK + kKeys * L::kRow;
+  float* const parts = reinterpret_cast<float*>(smem + kWarps * L::kWarpKV);  // [kWarps][kPart]
+  float* const cta = parts + L::kWarpParts;                                    // [kPart]
+
+  // `past` is set before the pass (never written by a kernel of it).
+  const int past = *p.past;
+  const int kv_len = min(past + 1, p.max_seq);
+  const int n_ranges = kCtas * kWarps;
+  const int per = (kv_len + n_ranges - 1) / n_ranges;
+  const int begin = min(kv_len, (rank * kWarps + warp) * per), end = min(kv_len, begin + per);
+  const size_t head_off = size_t(kvh) * p.max_seq * D;
+
+  // Rows [r0, r0 + n) of the range into the warp's slots 0 .. n-1, the
+  // chunks for which `pick(key)` holds (keys past the cache end are never
+  // asked for: n stops at end).
+  auto copy_rows = [&](int r0, int n, auto pick) {
+    for (int i = lane; i < n * kLanesPerKey; i += 32) {
+      const int row = i / kLanesPerKey, ch = i % kLanesPerKey, key = r0 + row;
+      if (!pick(key)) continue;
+      const size_t off = head_off + size_t(key) * D + ch * 8;
+      const uint32_t dst = uint32_t(row * L::kRow + ch * 16);
+      cp_async_cg_16<0, 0>(sK + dst, p.k + off, true);
+      cp_async_cg_16<0, 0>(sV + dst, p.v + off, true);
+    }
+  };
+  const int n0 = min(kKeys, end - begin);
+  if (n0 > 0) copy_rows(begin, n0, [&](int key) { return key < past; });
+  pdl_wait();
+  pdl_launch_dependents();
+  if (n0 > 0) copy_rows(begin, n0, [&](int key) { return key >= past; });
+  cp_async_commit();
+
+  // The lane's 8 columns c * 8 .. c * 8 + 7 of each query head's row.
+  const int h0 = kvh * p.group;
+  float q[GP][8];
+#pragma unroll
+  for (int h = 0; h < GP; ++h) {
+    uint32_t w[4];
+    ldg128_dep(w[0], w[1], w[2], w[3], p.q + size_t(h0 + h) * D + c * 8);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[j]));
+      q[h][2 * j] = f.x * p.scale_log2;
+      q[h][2 * j + 1] = f.y * p.scale_log2;
+    }
+  }
+  float m[GP], l[GP], o[GP][8];
+#pragma unroll
+  for (int h = 0; h < GP; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) o[h][j] = 0.0f;
+  }
+
+  for (int r0 = begin; r0 < end; r0 += kKeys) {
+    const int n = min(kKeys, end - r0);
+    if (r0 != begin) {
+      __syncwarp();  // every lane is done with the previous round's rows
+      copy_rows(r0, n, [](int) { return true; });
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    __syncwarp();  // every lane's copies landed and are visible to the warp
+    // Keys sub, sub + kKeysPerStep, ... of the round; a lane group's steps
+    // are warp-uniform in count only up to n, so the shuffles run over the
+    // whole warp with the missing keys' scores at -inf.
+    for (int j0 = 0; j0 < n; j0 += kKeysPerStep) {
+      const int j = j0 + sub;
+      const bool ok = j < n;
+      const uint32_t at = uint32_t((ok ? j : 0) * L::kRow + c * 16);
+      uint32_t kw[4], vw[4];
+      lds128(kw[0], kw[1], kw[2], kw[3], sK + at);
+      lds128(vw[0], vw[1], vw[2], vw[3], sV + at);
+      float kf[8], vf[8];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&kw[t]));
+        const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&vw[t]));
+        kf[2 * t] = a.x, kf[2 * t + 1] = a.y, vf[2 * t] = b.x, vf[2 * t + 1] = b.y;
+      }
+#pragma unroll
+      for (int h = 0; h < GP; ++h) {
+        float s = 0.0f;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) s = fmaf(q[h][t], kf[t], s);
+#pragma unroll
+        for (int off = kLanesPerKey / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (!ok) continue;
+        const float mn = fmaxf(m[h], s);
+        const float corr = weight_of(m[h], mn), e = ex2_approx(s - mn);
+        m[h] = mn;
+        l[h] = l[h] * corr + e;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) o[h][t] = fmaf(e, vf[t], o[h][t] * corr);
+      }
+    }
+  }
+
+  // The lane groups (same c, other sub) merge by shuffles: every lane ends
+  // with the warp's partial of its 8 columns.
+#pragma unroll
+  for (int off = kLanesPerKey; off < 32; off <<= 1) {
+#pragma unroll
+    for (int h = 0; h < GP; ++h) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m[h], off);
+      const float l2 = __shfl_xor_sync(0xffffffffu, l[h], off);
+      const float mn = fmaxf(m[h], m2);
+      const float a = weight_of(m[h], mn), b = weight_of(m2, mn);
+      m[h] = mn;
+      l[h] = l[h] * a + l2 * b;
+#pragma unroll
+      for (int t = 0; t < 8; ++t) o[h][t] = o[h][t] * a + __shfl_xor_sync(0xffffffffu, o[h][t], off) * b;
+    }
+  }
+  float* const mine = parts + warp * L::kPart;
+  if (sub == 0) {
+#pragma unroll
+    for (int h = 0; h < GP; ++h) {
+#pragma unroll
+      for (int t = 0; t < 8; ++t) mine[h * D + c * 8 + t] = o[h][t];
+      if (c == 0) mine[GP * D + h] = m[h], mine[GP * D + GP + h] = l[h];
+    }
+  }
+  __syncthreads();
+
+  // The block's partial: its warps merged.
+  for (int i = tid; i < GP * D + GP; i += 32 * kWarps) {
+    const int h = i < GP * D ? i / D : i - GP * D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, parts[w * L::kPart + GP * D + h]);
+    float acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float* pw = parts + w * L::kPart;
+      const float wt = weight_of(pw[GP * D + h], mx);
+      acc += wt * (i < GP * D ? pw[i] : pw[GP * D + GP + h]);
+    }
+    if (i < GP * D)
+      cta[i] = acc;
+    else
+      cta[GP * D + h] = mx, cta[GP * D + GP + h] = acc;
+  }
+  cluster_sync();  // every block's partial written (release) and visible (acquire)
+
+  // Slice `rank` of the outputs from the cluster's kCtas partials.
+  constexpr int kSlice = GP * D / kCtas;
+  if (tid < kSlice) {
+    const int i = rank * kSlice + tid, h = i / D;
+    float ms[kCtas], mx = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < kCtas; ++r) {
+      ms[r] = *cluster_peer(cta + GP * D + h, uint32_t(r));
+      mx = fmaxf(mx, ms[r]);
+    }
+    float num = 0.0f, den = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kCtas; ++r) {
+      const float wt = weight_of(ms[r], mx);
+      num += wt * *cluster_peer(cta + i, uint32_t(r));
+      den += wt * *cluster_peer(cta + GP * D + GP + h, uint32_t(r));
+    }
+    // den > 0: key 0 is always visible, so one partial is not empty.
+    p.out[size_t(h0) * D + i] = __float2half_rn(num / den);
+  }
+  cluster_sync();  // no block leaves while another may still read its partial
+#endif
+}
+
+template <int D, int GP>
+cudaError_t launch_cluster(const AttnArgs& a, cudaStream_t stream) {
+  using L = DecLayout<D, GP>;
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  static PerDevice smem_set;
+  e = set_smem_once(smem_set, dev, attn_decode_cluster_kernel<D, GP>, L::kBytes);
+  if (e != cudaSuccess) return e;
+  DecParams p;
+  p.q = a.q;
+  p.k = a.k_cache;
+  p.v = a.v_cache;
+  p.out = a.out;
+  p.past = a.past;
+  p.max_seq = a.max_seq;
+  p.group = a.n_heads / a.n_kv_heads;
+  p.scale_log2 = a.scale * 1.4426950408889634f;
+  const dim3 grid(1, unsigned(a.n_kv_heads), unsigned(kCtas));
+  ClusterZLaunch launch(grid, 32 * kWarps, size_t(L::kBytes), stream, pdl_enabled(stream, PdlKernel::kAttention));
+  const prof::Scope timed(pdl_name(PdlKernel::kAttention), grid, dim3(32 * kWarps), stream);
+  return cudaLaunchKernelEx(&launch.cfg, attn_decode_cluster_kernel<D, GP>, p);
+}
+
+template <int D>
+cudaError_t launch_cluster_d(const AttnArgs& a, int group, cudaStream_t stream) {
+  switch (group) {
+    case 1: return launch_cluster<D, 1>(a, stream);
+    case 2: return launch_cluster<D, 2>(a, stream);
+    case 4: return launch_cluster<D, 4>(a, stream);
+    case 8: return launch_cluster<D, 8>(a, stream);
+    default: return cudaErrorNotSupported;
+  }
+}
+
+}  // namespace
+
+bool cluster_decode_runs(const AttnArgs& a) {
+  if (a.M != 1 || a.seqs || (a.head_dim != 64 && a.head_dim != 128)) return false;
+  const int group = a.n_heads / a.n_kv_heads;
+  if (group != 1 && group != 2 && group != 4 && group != 8) return false;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return cc_major(dev) >= 9;
+}
+
+cudaError_t run_cluster_decode(const AttnArgs& a, cudaStream_t stream) {
+  if (!cluster_decode_runs(a)) return cudaErrorNotSupported;
+  const int group = a.n_heads / a.n_kv_heads;
+  return a.head_dim == 128 ? launch_cluster_d<128>(a, group, stream) : launch_cluster_d<64>(a, group, stream);
+}
+
+}  // namespace attn
+}  // namespace kern
+}  // namespace qsp
