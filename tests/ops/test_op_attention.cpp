@@ -12,7 +12,70 @@ using namespace qsp_test;
 namespace {
 
 constexpr kern::AttnPath kAuto = kern::AttnPath::kAuto, kMma = kern::AttnPath::kMma, kWgmma = kern::AttnPath::kWgmma,
-                         kWgmmaOne = kern::AttnPath::kWgmmaOne;
+                         kWgmmaOne = kern::AttnPath::kWgmmaOne, kCluster = kern::AttnPath::kCluster;
+
+// A decode pass's qk_rope then attention `a` on `stream` (PDL on sm_90),
+// from the case's old cache (qk_rope writes rows past..): the output, every
+// element checked finite. qkv: [M][ld] fp32, the rope's input.
+std::vector<uint16_t> rope_then_attention(AttnRig& rig, const AttnData& d, const DevBuf& qkv, int ld,
+                                          const kern::AttnArgs& a, cudaStream_t stream) {
+  rig.load(d);
+  rig.out.poison();
+  rig.scratch.poison();
+  set_past(rig.past, d.c.past);
+  CUDA_REQUIRE(cudaDeviceSynchronize());  // the stream is non-blocking: order the copies first
+  kern::QkRopeArgs r = rig.rope_args(qkv.as<float>(), ld, nullptr, nullptr, 0);
+  r.eps = 1e-6f;
+  {
+    kern::PdlPass pass(d.c.M);  // the launches of a pass of this size: PDL on sm_90
+    CUDA_REQUIRE(kern::qk_rope(r, stream));
+    CUDA_REQUIRE(kern::attention(a, stream));
+  }
+  CUDA_REQUIRE(cudaStreamSynchronize(stream));
+  std::vector<uint16_t> out = rig.out.download<uint16_t>();
+  size_t not_finite = 0;
+  for (uint16_t h : out) not_finite += !h_is_finite(h);
+  REQUIRE(not_finite == 0);
+  return out;
+}
+
+// One decode-step attention (path) captured once in a CUDA graph over a
+// cache of 3000 slots filled to its end, replayed at each of `positions`
+// (-1: the last slot): the CPU op's rows every time.
+void check_graph_replay(int head_dim, kern::AttnPath path, std::initializer_list<int> positions, Rng& rng) {
+  const int max_seq = 3000;
+  const AttnCase full{head_dim, 32, 8, 1, max_seq - 1, max_seq};
+  AttnData d(full, rng);
+  AttnRig rig(full, true);
+  rig.load(d);
+  kern::AttnArgs a = rig.args();
+  a.path = path;
+  cudaStream_t stream = nullptr;
+  CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  set_past(rig.past, 0);
+  CUDA_REQUIRE(kern::attention(a, stream));  // warm-up outside the capture
+  CUDA_REQUIRE(cudaStreamSynchronize(stream));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const cudaError_t launch = kern::attention(a, stream);
+  CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
+  CUDA_REQUIRE(launch);
+  CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
+  for (int pos : positions) {
+    const int past = pos < 0 ? max_seq - 1 : pos;  // -1: the cache's last slot
+    set_past(rig.past, past);
+    rig.out.poison();
+    CUDA_REQUIRE(cudaDeviceSynchronize());  // the stream is non-blocking: order the copies first
+    CUDA_REQUIRE(cudaGraphLaunch(exec, stream));
+    CUDA_REQUIRE(cudaStreamSynchronize(stream));
+    INFO("graph replay at past " << past);
+    check_attention(d, past, rig.out.download<uint16_t>(), rng);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
 
 }  // namespace
 
@@ -114,38 +177,7 @@ TEST_CASE("op attention: other GQA groupings (1 KV head, group 5, group 8) and r
 TEST_CASE("op attention: decode step captured once in a CUDA graph is right at every position", "[gpu][attention]") {
   QSP_REQUIRE_GPU();
   Rng rng(4242);
-  for (int D : {64, 128}) {
-    // One cache, filled up to its end; each replay attends to a prefix.
-    const int max_seq = 3000;
-    const AttnCase full{D, 32, 8, 1, max_seq - 1, max_seq};
-    AttnData d(full, rng);
-    AttnRig rig(full, true);
-    rig.load(d);
-    cudaStream_t stream = nullptr;
-    CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    set_past(rig.past, 0);
-    CUDA_REQUIRE(kern::attention(rig.args(), stream));  // warm-up outside the capture
-    CUDA_REQUIRE(cudaStreamSynchronize(stream));
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    const cudaError_t launch = kern::attention(rig.args(), stream);
-    CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
-    CUDA_REQUIRE(launch);
-    CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
-    for (int past : {0, 1, 63, 64, 65, 700, 2047, max_seq - 1}) {
-      set_past(rig.past, past);
-      rig.out.poison();
-      CUDA_REQUIRE(cudaDeviceSynchronize());  // the stream is non-blocking: order the copies first
-      CUDA_REQUIRE(cudaGraphLaunch(exec, stream));
-      CUDA_REQUIRE(cudaStreamSynchronize(stream));
-      INFO("graph replay at past " << past);
-      check_attention(d, past, rig.out.download<uint16_t>(), rng);
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
-  }
+  for (int D : {64, 128}) check_graph_replay(D, kAuto, {0, 1, 63, 64, 65, 700, 2047, -1}, rng);
 }
 
 // AttnArgs::prefetch: the mma.sync kernels copy the K / V tiles of keys
@@ -175,26 +207,10 @@ TEST_CASE("op attention: cache tiles copied before qk_rope's end give the same b
     d_qkv.upload(qkv);
     std::vector<uint16_t> want;
     for (int trial = 0; trial < 4; ++trial) {
-      rig.load(d);  // the old cache again (qk_rope overwrote past..)
-      rig.out.poison();
-      rig.scratch.poison();
-      set_past(rig.past, c.past);
-      CUDA_REQUIRE(cudaDeviceSynchronize());  // the stream is non-blocking: order the copies first
-      kern::QkRopeArgs r = rig.rope_args(d_qkv.as<float>(), ld, nullptr, nullptr, 0);
-      r.eps = 1e-6f;
       kern::AttnArgs a = rig.args();
-      a.path = kern::AttnPath::kMma;
+      a.path = kMma;
       a.prefetch = trial == 0 ? kern::AttnPrefetch::kOff : kern::AttnPrefetch::kOn;
-      {
-        kern::PdlPass pass(c.M);  // the launches of a decode-sized pass: PDL on sm_90
-        CUDA_REQUIRE(kern::qk_rope(r, stream));
-        CUDA_REQUIRE(kern::attention(a, stream));
-      }
-      CUDA_REQUIRE(cudaStreamSynchronize(stream));
-      const std::vector<uint16_t> out = rig.out.download<uint16_t>();
-      size_t not_finite = 0;
-      for (uint16_t h : out) not_finite += !h_is_finite(h);
-      REQUIRE(not_finite == 0);
+      const std::vector<uint16_t> out = rope_then_attention(rig, d, d_qkv, ld, a, stream);
       if (trial == 0) {
         want = out;
       } else {
@@ -222,7 +238,6 @@ TEST_CASE("op attention: cache tiles copied before qk_rope's end give the same b
 // positions; the shapes it does not take refused.
 TEST_CASE("op attention: the decode step's cluster kernel", "[gpu][attention][decode][cluster]") {
   QSP_REQUIRE_GPU();
-  constexpr kern::AttnPath kCluster = kern::AttnPath::kCluster;
   Rng rng(7070);
   bool ran = true;
   for (int D : {64, 128})
@@ -252,25 +267,9 @@ TEST_CASE("op attention: the decode step's cluster kernel", "[gpu][attention][de
     d_qkv.upload(qkv);
     std::vector<uint16_t> ref, first;
     for (int trial = 0; trial < 4; ++trial) {
-      rig.load(d);  // the old cache again (qk_rope overwrote row past)
-      rig.out.poison();
-      rig.scratch.poison();
-      set_past(rig.past, c.past);
-      CUDA_REQUIRE(cudaDeviceSynchronize());  // the stream is non-blocking: order the copies first
-      kern::QkRopeArgs r = rig.rope_args(d_qkv.as<float>(), ld, nullptr, nullptr, 0);
-      r.eps = 1e-6f;
       kern::AttnArgs a = rig.args();
-      a.path = trial == 0 ? kern::AttnPath::kMma : kCluster;
-      {
-        kern::PdlPass pass(1);  // a decode pass's launches: PDL on sm_90
-        CUDA_REQUIRE(kern::qk_rope(r, stream));
-        CUDA_REQUIRE(kern::attention(a, stream));
-      }
-      CUDA_REQUIRE(cudaStreamSynchronize(stream));
-      const std::vector<uint16_t> out = rig.out.download<uint16_t>();
-      size_t not_finite = 0;
-      for (uint16_t h : out) not_finite += !h_is_finite(h);
-      REQUIRE(not_finite == 0);
+      a.path = trial == 0 ? kMma : kCluster;
+      const std::vector<uint16_t> out = rope_then_attention(rig, d, d_qkv, ld, a, stream);
       if (trial == 0) {
         ref = out;
         continue;
@@ -288,38 +287,9 @@ TEST_CASE("op attention: the decode step's cluster kernel", "[gpu][attention][de
     }
   }
 
-  // One graph, replayed at moving positions (the grid does not depend on past).
-  {
-    const int max_seq = 3000;
-    const AttnCase full{128, 32, 8, 1, max_seq - 1, max_seq};
-    AttnData d(full, rng);
-    AttnRig rig(full, true);
-    rig.load(d);
-    kern::AttnArgs a = rig.args();
-    a.path = kCluster;
-    set_past(rig.past, 0);
-    CUDA_REQUIRE(kern::attention(a, stream));  // warm-up outside the capture
-    CUDA_REQUIRE(cudaStreamSynchronize(stream));
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    CUDA_REQUIRE(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    const cudaError_t launch = kern::attention(a, stream);
-    CUDA_REQUIRE(cudaStreamEndCapture(stream, &graph));
-    CUDA_REQUIRE(launch);
-    CUDA_REQUIRE(cudaGraphInstantiate(&exec, graph, 0));
-    for (int past : {0, 1, 63, 64, 65, 700, 2047, 2048, max_seq - 1}) {
-      set_past(rig.past, past);
-      rig.out.poison();
-      CUDA_REQUIRE(cudaDeviceSynchronize());
-      CUDA_REQUIRE(cudaGraphLaunch(exec, stream));
-      CUDA_REQUIRE(cudaStreamSynchronize(stream));
-      INFO("graph replay at past " << past);
-      check_attention(d, past, rig.out.download<uint16_t>(), rng);
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-  }
   cudaStreamDestroy(stream);
+  // One graph, replayed at moving positions (the grid does not depend on past).
+  check_graph_replay(128, kCluster, {0, 1, 63, 64, 65, 700, 2047, 2048, -1}, rng);
 
   // What it does not take: a chunk of more than one token, group 5.
   AttnRig rig(AttnCase{128, 32, 8, 3, 10, 40}, true);
