@@ -44,7 +44,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "kernels/attention_internal.cuh"
 #include "kernels/attention_wgmma.h"
@@ -131,24 +130,9 @@ Plan make_plan(int M, int n_heads, int n_kv_heads, int head_dim, int max_seq, in
 
 // A batched pass: the tile shape for its longest piece (the pieces' tiles
 // are laid out by the caller, n_tiles of them, attention_batch_tile_tokens()
-// tokens each). Where every tile is decode-sized (kSmall: a server's decode
-// steps), the keys of each piece may be split `splits` ways (0: the plan's
-// choice; 1: none), within the scratch: blocks of one warp stream their
-// piece's cache two 32-key tiles at a time, so the bytes in flight per SM,
-// not the block count, bound the read (a split puts more warps on each SM).
-// Off by default until measured ($QSP_ATTN_BATCH_SPLIT: 1 = the rule below,
-// N >= 2 = N splits).
-constexpr int kBatchMaxSplits = 16;
-constexpr int kBatchWarpsPerSm = 8;  // the rule's target: ~8 one-warp blocks an SM
-int batch_split_env() {
-  static const int v = [] {
-    const char* e = std::getenv("QSP_ATTN_BATCH_SPLIT");
-    return e ? std::max(0, std::atoi(e)) : 0;
-  }();
-  return v;
-}
-Plan make_batch_plan(int max_piece, int n_heads, int n_kv_heads, int n_tiles, int M, int head_dim, int splits,
-                     int n_sms, size_t scratch_bytes) {
+// tokens each), no split. The cache reads of the decode pieces are spread
+// over (pieces x KV heads) blocks already.
+Plan make_batch_plan(int max_piece, int n_heads, int n_kv_heads, int n_tiles) {
   Plan pl;
   const int group = n_heads / n_kv_heads;
   const int64_t rows = int64_t(max_piece) * group;
@@ -158,20 +142,6 @@ Plan make_batch_plan(int max_piece, int n_heads, int n_kv_heads, int n_tiles, in
   pl.tokens = ci.block_m / pl.gp;
   pl.m_blocks = n_tiles;
   pl.head_blocks = n_kv_heads * (group / pl.gp);
-  if (splits == 0) {
-    const int env = batch_split_env();
-    if (env >= 2) splits = env;
-    else if (env == 1) {
-      const int64_t blocks = int64_t(pl.m_blocks) * pl.head_blocks;
-      splits = int((int64_t(n_sms) * kBatchWarpsPerSm + blocks - 1) / blocks);
-    } else splits = 1;
-  }
-  if (pl.cfg != kSmall || splits <= 1) return pl;
-  int64_t s = std::min(splits, kBatchMaxSplits);
-  s = std::min<int64_t>(s, kMaxPartialRows / (int64_t(M) * n_heads));
-  const size_t per_split = size_t(M) * n_heads * (size_t(head_dim) + 1) * sizeof(float);
-  s = std::min<int64_t>(s, int64_t(scratch_bytes / per_split));
-  pl.n_splits = s > 1 ? int(s) : 1;
   return pl;
 }
 
@@ -218,21 +188,7 @@ size_t attention_scratch_bytes(int32_t max_M, int32_t n_heads, int32_t head_dim,
 int32_t attention_batch_tile_tokens(int32_t max_piece, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) {
   if (max_piece < 1 || n_heads < 1 || n_kv_heads < 1 || n_heads % n_kv_heads || !attention_supported(head_dim))
     return 0;
-  return make_batch_plan(max_piece, n_heads, n_kv_heads, 1, 1, head_dim, 1, 1, 0).tokens;
-}
-
-size_t attention_batch_scratch_bytes(int32_t M, int32_t max_piece, int32_t n_heads, int32_t n_kv_heads,
-                                     int32_t head_dim, int32_t splits) {
-  const int32_t tokens = attention_batch_tile_tokens(max_piece, n_heads, n_kv_heads, head_dim);
-  if (M < 1 || splits < 0 || tokens == 0) return 0;
-  int n_sms = 0;
-  if (device_sm_count(&n_sms) != cudaSuccess) {
-    cudaGetLastError();
-    n_sms = 132;
-  }
-  // One tile: the fewest blocks, so the most splits the rule can choose.
-  const Plan pl = make_batch_plan(max_piece, n_heads, n_kv_heads, 1, M, head_dim, splits, n_sms, SIZE_MAX);
-  return plan_scratch_bytes(pl, M, n_heads, head_dim);
+  return make_batch_plan(max_piece, n_heads, n_kv_heads, 1).tokens;
 }
 
 cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
@@ -249,15 +205,7 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
       return cudaErrorInvalidValue;
     if (a.path == AttnPath::kWgmma || a.path == AttnPath::kWgmmaOne || a.path == AttnPath::kCluster)
       return cudaErrorNotSupported;
-    if (a.batch_splits < 0) return cudaErrorInvalidValue;
-    int n_sms = 0;
-    const cudaError_t e = device_sm_count(&n_sms);
-    if (e != cudaSuccess) return e;
-    const size_t scratch = a.scratch && aligned16(a.scratch) ? a.scratch_bytes : 0;
-    return attn::run_mma(a,
-                         make_batch_plan(a.max_piece, a.n_heads, a.n_kv_heads, a.n_tiles, a.M, a.head_dim,
-                                         a.batch_splits, n_sms, scratch),
-                         stream);
+    return attn::run_mma(a, make_batch_plan(a.max_piece, a.n_heads, a.n_kv_heads, a.n_tiles), stream);
   }
   if (!a.q || !a.k_cache || !a.v_cache || !a.out || !a.past) return cudaErrorInvalidValue;
   if (!attention_supported(a.head_dim)) return cudaErrorInvalidValue;

@@ -338,25 +338,16 @@ struct AttnArgs {
   // the launch's query tiles: tiles[i] = {piece, its first token in the
   // piece}, each attention_batch_tile_tokens() tokens high, n_tiles of them,
   // covering every piece (device memory; the order is the launch order).
-  // max_piece: the longest piece's token count. Always the mma.sync kernels;
-  // where every tile is decode-sized, each piece's keys may be split
-  // batch_splits ways (0: the plan's choice, $QSP_ATTN_BATCH_SPLIT, none by
-  // default; 1: none) within scratch / scratch_bytes
-  // (attention_batch_scratch_bytes), merged by the combine kernel.
+  // max_piece: the longest piece's token count. Always the mma.sync kernels,
+  // never split.
   const SeqDesc* seqs = nullptr;
   const int2* tiles = nullptr;
   int32_t n_tiles = 0;
   int32_t layer = 0;
   int32_t max_piece = 0;
-  int32_t batch_splits = 0;
 };
 // Tokens per query tile of a batched attention launch for these shapes.
 int32_t attention_batch_tile_tokens(int32_t max_piece, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim);
-// Scratch a batched attention launch of M tokens (longest piece max_piece)
-// splits with, for batch_splits = splits (0: the plan's choice); 0 when it
-// would not split. At most 32768 * (head_dim + 1) * 4 bytes.
-size_t attention_batch_scratch_bytes(int32_t M, int32_t max_piece, int32_t n_heads, int32_t n_kv_heads,
-                                     int32_t head_dim, int32_t splits);
 bool attention_supported(int32_t head_dim);
 // Scratch attention() can use for any chunk of M <= max_M tokens with this
 // many query heads (any KV head count) on the current device; 0 when none.

@@ -132,9 +132,6 @@ bool CudaBackend::prefill_batch(const ModelTensors& w, const std::vector<BatchPi
     BatchSpace::ensure(space.act, T * F * sizeof(__half), "batch SwiGLU output");
     BatchSpace::ensure(space.logits, std::max<size_t>(R, 1) * m.vocab * sizeof(float), "batch logits");
     BatchSpace::ensure(space.meta, off, "batch metadata");
-    const size_t attn_bytes = kern::attention_batch_scratch_bytes(int32_t(T), int32_t(max_piece), sh_heads_,
-                                                                  sh_kv_heads_, int32_t(m.head_dim), 0);
-    if (attn_bytes) BatchSpace::ensure(space.attn, attn_bytes, "batch attention scratch");
     if (space.h_meta_bytes < off) {
       space.h_meta.alloc(off, "batch metadata");
       space.h_meta_bytes = off;
@@ -163,7 +160,7 @@ bool CudaBackend::prefill_batch(const ModelTensors& w, const std::vector<BatchPi
       QSP_CUDA_CHECK(cudaMemcpyAsync(d, h_meta[ri], up_bytes, cudaMemcpyHostToDevice, r.stream));
       const Acts& a = acts[ri] = Acts{as<float>(space.x),   as<__half>(space.xn),  as<float>(space.qkv),
                                       as<__half>(space.q),   as<__half>(space.att), as<__half>(space.act),
-                                      space.attn.ptr,        space.attn.bytes};
+                                      nullptr,               0};
       if (T_tok)
         QSP_CUDA_CHECK(kern::embed(W(w[kTokenEmbd], r.first), reinterpret_cast<const int32_t*>(d + o_tokens),
                                    int32_t(T_tok), a.x, r.stream));
@@ -219,7 +216,7 @@ bool CudaBackend::prefill_batch(const ModelTensors& w, const std::vector<BatchPi
                  int64_t(off)};
     for (uint32_t ri = 0; ri < n_ranks; ++ri) {
       const BatchSpace& sp = *batch_spaces_[ri];
-      for (const DeviceBuffer* b : {&sp.x, &sp.xn, &sp.qkv, &sp.q, &sp.att, &sp.act, &sp.logits, &sp.meta, &sp.attn})
+      for (const DeviceBuffer* b : {&sp.x, &sp.xn, &sp.qkv, &sp.q, &sp.att, &sp.act, &sp.logits, &sp.meta})
         key.buffers.push_back(b->ptr);
       key.buffers.push_back(sp.h_meta.ptr);
       if (n_ranks > 1)

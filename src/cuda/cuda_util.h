@@ -154,7 +154,7 @@ struct BatchSpace {
     int prev = -1;
     cudaGetDevice(&prev);
     cudaSetDevice(dev);
-    for (DeviceBuffer* b : {&x, &xn, &qkv, &q, &att, &act, &logits, &meta, &attn}) b->release();
+    for (DeviceBuffer* b : {&x, &xn, &qkv, &q, &att, &act, &logits, &meta}) b->release();
     if (prev >= 0) cudaSetDevice(prev);
   }
   // b holds at least n bytes afterwards (contents lost when it grows).
@@ -165,7 +165,6 @@ struct BatchSpace {
   const int dev;
   std::mutex mu;
   DeviceBuffer x, xn, qkv, q, att, act, logits, meta;
-  DeviceBuffer attn;  // split-KV scratch of the attention (kern::attention_batch_scratch_bytes); may stay empty
   PinnedBuffer h_meta;
   size_t h_meta_bytes = 0;
 };

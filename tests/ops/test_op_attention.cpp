@@ -4,8 +4,6 @@
 // without scratch, each kernel family forced, GQA groups 1, 2, 4, 5, 8 and
 // MQA, head_dim 64 and 128, CUDA graph replay at moving positions. A case is
 // one line: {head_dim, n_heads, n_kv_heads, M, past, max_seq}.
-#include <memory>
-
 #include "kernels/pdl.h"
 #include "ops/attention_check.h"
 
@@ -302,98 +300,6 @@ TEST_CASE("op attention: the decode step's cluster kernel", "[gpu][attention][de
   a = rig5.args();
   a.path = kCluster;
   CHECK(kern::attention(a, nullptr) == cudaErrorNotSupported);
-  CUDA_REQUIRE(cudaGetLastError());
-}
-
-// A batched pass (AttnArgs::seqs) of decode-sized pieces, each on its own
-// cache, with the pieces' keys split batch_splits ways (the combine kernel
-// merges them): every piece's rows against the CPU op, for no split, the
-// plan's own choice and forced counts up to more splits than tiles of keys.
-// The pieces' pasts cover an empty cache, one key, tile edges and long caches.
-TEST_CASE("op attention: a batched pass's decode pieces split over their keys", "[gpu][attention][batch]") {
-  QSP_REQUIRE_GPU();
-  Rng rng(5150);
-  struct Shape {
-    int D, H, KVH, max_piece;
-  };
-  // max_piece x group <= 16: every tile decode-sized (the split's condition).
-  for (const Shape sh : {Shape{128, 32, 8, 1}, Shape{128, 32, 8, 4}, Shape{64, 8, 2, 4}, Shape{128, 16, 16, 3},
-                         Shape{64, 64, 8, 2}}) {
-    const int pasts[] = {0, 1, 31, 32, 33, 511, 700, 2999};
-    std::vector<AttnData> data;
-    std::vector<int> start;
-    int T = 0;
-    for (int past : pasts) {
-      const int n = 1 + int(rng.below(uint64_t(sh.max_piece)));
-      data.emplace_back(AttnCase{sh.D, sh.H, sh.KVH, n, past, past + n + 1 + int(rng.below(40))}, rng);
-      start.push_back(T);
-      T += n;
-    }
-    const int S = int(data.size()), D = sh.D, row = sh.H * D;
-    const int tile = kern::attention_batch_tile_tokens(sh.max_piece, sh.H, sh.KVH, D);
-    REQUIRE(tile >= 1);
-    std::vector<uint16_t> q(size_t(T) * row);
-    std::vector<std::unique_ptr<DevBuf>> caches;
-    std::vector<kern::SeqDesc> seqs(S);
-    std::vector<int2> tiles;
-    for (int s = 0; s < S; ++s) {
-      const AttnData& d = data[size_t(s)];
-      std::copy(d.q.begin(), d.q.end(), q.begin() + size_t(start[size_t(s)]) * row);
-      caches.push_back(std::make_unique<DevBuf>(d.k.size() * 2));
-      caches.back()->upload(d.k);
-      caches.push_back(std::make_unique<DevBuf>(d.v.size() * 2));
-      caches.back()->upload(d.v);
-      seqs[size_t(s)].k_cache = caches[caches.size() - 2]->as<__half>();
-      seqs[size_t(s)].v_cache = caches.back()->as<__half>();
-      seqs[size_t(s)].max_seq = d.c.max_seq;
-      seqs[size_t(s)].past = d.c.past;
-      seqs[size_t(s)].start = start[size_t(s)];
-      seqs[size_t(s)].n = d.c.M;
-      for (int t0 = 0; t0 < d.c.M; t0 += tile) tiles.push_back(int2{s, t0});
-    }
-    DevBuf d_q(q.size() * 2), d_out(q.size() * 2), d_seqs(seqs.size() * sizeof(kern::SeqDesc)),
-        d_tiles(tiles.size() * sizeof(int2));
-    d_q.upload(q);
-    CUDA_REQUIRE(cudaMemcpy(d_seqs.p, seqs.data(), d_seqs.bytes, cudaMemcpyHostToDevice));
-    CUDA_REQUIRE(cudaMemcpy(d_tiles.p, tiles.data(), d_tiles.bytes, cudaMemcpyHostToDevice));
-    for (int splits : {1, 0, 2, 3, 7, 16}) {
-      const size_t need = kern::attention_batch_scratch_bytes(T, sh.max_piece, sh.H, sh.KVH, D, splits);
-      if (splits >= 2) CHECK(need > 0);  // decode-sized tiles: it splits
-      DevBuf scratch(std::max<size_t>(need, 16));
-      scratch.poison();
-      d_out.poison();
-      kern::AttnArgs a;
-      a.q = d_q.as<__half>();
-      a.out = d_out.as<__half>();
-      a.M = T;
-      a.n_heads = sh.H;
-      a.n_kv_heads = sh.KVH;
-      a.head_dim = D;
-      a.scale = 1.0f / std::sqrt(float(D));
-      a.scratch = need ? scratch.p : nullptr;
-      a.scratch_bytes = need;
-      a.seqs = d_seqs.as<kern::SeqDesc>();
-      a.tiles = d_tiles.as<int2>();
-      a.n_tiles = int32_t(tiles.size());
-      a.max_piece = sh.max_piece;
-      a.batch_splits = splits;
-      INFO("D " << D << ", heads " << sh.H << "/" << sh.KVH << ", " << S << " pieces, " << T << " tokens, splits "
-                << splits);
-      if (splits == 1) {
-        kern::AttnArgs bad = a;
-        bad.batch_splits = -1;
-        CHECK(kern::attention(bad, nullptr) == cudaErrorInvalidValue);
-      }
-      CUDA_REQUIRE(kern::attention(a, nullptr));
-      CUDA_REQUIRE(cudaDeviceSynchronize());
-      const std::vector<uint16_t> out = d_out.download<uint16_t>();
-      for (int s = 0; s < S; ++s) {
-        const AttnData& d = data[size_t(s)];
-        const auto first = out.begin() + ptrdiff_t(start[size_t(s)]) * row;
-        check_attention(d, d.c.past, std::vector<uint16_t>(first, first + ptrdiff_t(d.c.M) * row), rng);
-      }
-    }
-  }
   CUDA_REQUIRE(cudaGetLastError());
 }
 
