@@ -302,8 +302,9 @@ cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream);
 // rows; attention_wgmma.h), forced.
 // kCluster: the decode step's one-launch split-KV (kernels/attention_decode.cu:
 // M = 1, GQA group 1, 2, 4 or 8, head_dim 64 / 128, sm_90; else
-// cudaErrorNotSupported); kAuto takes it where $QSP_ATTN_CLUSTER=1 (off until
-// measured).
+// cudaErrorNotSupported); kAuto takes it for a decode step whose caller
+// bounds the cache short enough (AttnArgs::max_past,
+// attention_cluster_keys()), where $QSP_ATTN_CLUSTER=1 (off until measured).
 enum class AttnPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kWgmmaOne = 3, kCluster = 4 };
 // Whether the decode-sized mma.sync kernel (16 rows a block) copies its
 // first two K / V tiles before waiting for the previous kernel
@@ -333,6 +334,12 @@ struct AttnArgs {
   // mma.sync family of every device.
   AttnPath path = AttnPath::kAuto;
   AttnPrefetch prefetch = AttnPrefetch::kAuto;
+  // What the caller guarantees of *past for every run of this launch (a
+  // graph replays it at many positions): at most max_past; -1: nothing (up
+  // to max_seq - M). kAuto takes the cluster kernel only for a decode step
+  // with max_past + 1 <= attention_cluster_keys(): it wins on short caches
+  // and loses on long ones.
+  int32_t max_past = -1;
   // A batched pass (else nullptr): the pieces (M is then the pass's token
   // count, and k_cache, v_cache, max_seq and past are unused), the layer, and
   // the launch's query tiles: tiles[i] = {piece, its first token in the
@@ -353,6 +360,13 @@ bool attention_supported(int32_t head_dim);
 // many query heads (any KV head count) on the current device; 0 when none.
 // At most 32768 * (head_dim + 1) * 4 bytes.
 size_t attention_scratch_bytes(int32_t max_M, int32_t n_heads, int32_t head_dim, int32_t max_seq);
+// The longest cache (keys, past + 1) for which kAuto takes the cluster kernel
+// for a decode step of this shape on the current device: 0 where it never
+// does (off: $QSP_ATTN_CLUSTER unset or 0; a shape or device it does not
+// run). $QSP_ATTN_CLUSTER_KEYS sets the bound (default below). A caller
+// that replays a decode graph at many positions keys its graphs by
+// past + 1 <= this bound (src/cuda/cuda_pass.cu) and sets max_past.
+int32_t attention_cluster_keys(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim);
 cudaError_t attention(const AttnArgs& a, cudaStream_t stream);
 
 // ---- Argmax (kernels/argmax.cu) ----------------------------------------------

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/kernels.h"
 #include "support/api.h"
 #include "support/cuda.h"
 #include "support/logits.h"
@@ -359,6 +360,53 @@ TEST_CASE("cuda model: decode steps through the CUDA graph follow the CPU", "[gp
     REQUIRE(qsp_kv_truncate(cpu, 17) == QSP_OK);
     std::vector<int32_t> t{int32_t(spec.vocab - 1)};
     check_close(run(gpu, t, {1}), run(cpu, t, {1}));
+    qsp_context_destroy(cpu);
+    qsp_context_destroy(gpu);
+  }
+}
+
+// The decode step keeps two graphs: one for caches short enough for the
+// attention's one-launch kernel (kern::attention_cluster_keys: its bound,
+// $QSP_ATTN_CLUSTER / $QSP_ATTN_CLUSTER_KEYS; 0 when off) and one for the
+// rest. Steps from below the bound to past it, then truncated back below
+// it and on: each against the CPU (whatever the bound; with it 0 every
+// step takes the one graph).
+TEST_CASE("cuda model: decode steps across the short-cache bound follow the CPU", "[gpu][model][decode][cluster]") {
+  QSP_REQUIRE_GPU();
+  Poison poison;
+  for (bool qwen : {true, false}) {
+    ModelSpec spec = qwen ? qwen3_shape(QSP_DTYPE_Q4_0, 41) : llama_shape(QSP_DTYPE_Q8_0, 42);
+    TestModel m = make_model(spec);
+    const int32_t bound = qsp::kern::attention_cluster_keys(int32_t(spec.n_heads), int32_t(spec.n_kv_heads),
+                                                            int32_t(spec.head_dim));
+    std::printf("  %s: short-cache bound %d keys%s\n", qwen ? "qwen3" : "llama", bound,
+                bound ? "" : " (QSP_ATTN_CLUSTER off or not this device: one regime)");
+    // Around the bound (or a few steps of the one regime).
+    const uint32_t prompt_n = bound > 4 ? uint32_t(bound) - 4 : 9, steps = 8;
+    qsp_context* cpu = m.create(QSP_BACKEND_CPU);
+    qsp_context* gpu = m.create(QSP_BACKEND_CUDA);
+    REQUIRE(cpu);
+    REQUIRE(gpu);
+    const std::vector<int32_t> prompt = random_tokens(prompt_n, spec.vocab, 91);
+    Logits ref = run(cpu, prompt, {prompt_n});
+    check_close(run(gpu, prompt, {prompt_n}), ref);
+    uint32_t past = prompt_n;
+    for (int round = 0; round < 2; ++round) {
+      for (uint32_t step = 0; step < steps; ++step, ++past) {
+        INFO("round " << round << ", step " << step << " at past " << past);
+        const std::vector<int32_t> t{ref.greedy};
+        const Logits r = run(cpu, t, {1});
+        check_close(run(gpu, t, {1}), r);
+        ref = r;
+      }
+      // Back below the bound: the short-cache graph again, at the new position.
+      REQUIRE(qsp_kv_truncate(gpu, prompt_n - 2) == QSP_OK);
+      REQUIRE(qsp_kv_truncate(cpu, prompt_n - 2) == QSP_OK);
+      const std::vector<int32_t> t{int32_t(spec.vocab - 3)};
+      ref = run(cpu, t, {1});
+      check_close(run(gpu, t, {1}), ref);
+      past = prompt_n - 1;
+    }
     qsp_context_destroy(cpu);
     qsp_context_destroy(gpu);
   }

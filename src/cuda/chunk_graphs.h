@@ -197,12 +197,15 @@ class GraphCache {
   std::vector<const void*> weights_;  // the tensors every graph in graphs_ bakes in
 };
 
-// A chunk of one context: its token count and whether it ends with the LM
-// head. The decode step (one token) is captured at its first use.
+// A chunk of one context: its token count, whether it ends with the LM
+// head, and whether it is a decode step on a short cache (its attention may
+// be another kernel: CudaBackend::short_cache_bound). The decode step (one
+// token) is captured at its first use.
 struct ChunkKey {
   uint32_t n;
   bool logits;
-  bool operator==(const ChunkKey& o) const { return n == o.n && logits == o.logits; }
+  bool short_cache;
+  bool operator==(const ChunkKey& o) const { return n == o.n && logits == o.logits && short_cache == o.short_cache; }
   bool eager_capture() const { return n == 1; }
   static constexpr uint32_t kMaxCaptures = UINT32_MAX;
 };

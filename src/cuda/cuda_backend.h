@@ -166,7 +166,8 @@ class CudaBackend final : public Backend {
   // rank's cache from position *past (a device int), or, in a batched pass,
   // each piece's own cache (kern::SeqDesc).
   struct KvTarget {
-    const int32_t* past = nullptr;          // single context
+    const int32_t* past = nullptr;          // single context,
+    int32_t max_past = -1;                  //   a bound on *past the launches may assume (-1: none)
     const kern::SeqDesc* seqs = nullptr;    // batched pass: pieces (n_seqs per shard),
     int32_t n_seqs = 0;
     const int32_t* token_seq = nullptr;     //   the piece of each token,
@@ -210,6 +211,7 @@ class CudaBackend final : public Backend {
 
   // ---- One context's chunk (cuda_pass.cu) ----
   void finish_chunk(const PrefillChunk& c);
+  int32_t short_cache_bound(const PrefillChunk& c) const;
   void enqueue(const ModelTensors& w, const PrefillChunk& c, bool capturing = false);
   void pick_greedy();
   void enqueue_layers(const ModelTensors& w, int32_t n, const Acts* acts, const KvTarget* kvs);

@@ -30,7 +30,7 @@ void CudaBackend::prefill(const ModelTensors& w, const PrefillChunk& c) {
   if (c.tokens && !local_ranks_ && (!ranks_[0]->comm || nccl_warm_)) {
     const std::vector<cudaGraphExec_t>* g = nullptr;
     try {
-      g = graphs_.get({c.n, c.want_logits}, weight_ids(w), streams_, devs_,
+      g = graphs_.get({c.n, c.want_logits, short_cache_bound(c) >= 0}, weight_ids(w), streams_, devs_,
                       [&] { enqueue(w, c, /*capturing=*/true); });
     } catch (const Error&) {
       if (!ranks_[0]->comm) throw;
@@ -49,6 +49,16 @@ void CudaBackend::prefill(const ModelTensors& w, const PrefillChunk& c) {
   enqueue(w, c);
   finish_chunk(c);
   nccl_warm_ = true;
+}
+
+// A decode step on a cache short enough for the attention's one-launch
+// kernel (kern::attention_cluster_keys): the bound on its position that the
+// launches may assume, the same for every step of that regime (so one graph
+// serves them all); -1 otherwise. Keys the chunk graphs.
+int32_t CudaBackend::short_cache_bound(const PrefillChunk& c) const {
+  if (c.n != 1) return -1;
+  const int32_t keys = kern::attention_cluster_keys(sh_heads_, sh_kv_heads_, int32_t(cfg_.head_dim));
+  return int64_t(c.past) + 1 <= keys ? keys - 1 : -1;
 }
 
 // Waits for every rank's chunk; ranks on several devices then pick the greedy token.
@@ -105,6 +115,7 @@ void CudaBackend::enqueue(const ModelTensors& w, const PrefillChunk& c, bool cap
     acts.push_back(a);
     KvTarget kv;
     kv.past = d_small;
+    kv.max_past = short_cache_bound(c);
     kvs.push_back(kv);
   }
   enqueue_layers(w, n, acts.data(), kvs.data());
@@ -354,6 +365,7 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
     at.v_cache = vc;
     rp.max_seq = at.max_seq = int32_t(m.max_seq);
     rp.past = at.past = kv.past;
+    at.max_past = kv.max_past;
   }
   // Q | K | V are adjacent columns of qkv: as few launches as the formats
   // allow, each a run of neighbours of one format (a Q4_K_M file's V is Q6_K

@@ -284,6 +284,10 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
         o4.poison();
         const bool stage = qsp::kern::gemm_stage_x_ok(M, int32_t(K));
         GemmArgs g;
+        // Blocks of 8 warps on every side: the norm-forming and staged GEMVs
+        // never run the 16-warp kernel ($QSP_GEMV_I8_WIDE), whose sums are
+        // ordered otherwise (its own test compares it with 8).
+        g.gemv_i8_wide = qsp::kern::GemvI8Wide::kOff;
         // One gemm() into `out` with the activations read as `sx`.
         auto run_into = [&](DevBuf& out, qsp::kern::StageX sx) {
           point_out(g, out, swiglu);
@@ -536,6 +540,7 @@ TEST_CASE("op gemm: the integer GEMV's activations formed once equal each block'
       GemmArgs g = uses.args(v);
       g.i8_stage = ws.p;
       g.i8_stage_bytes = ws.bytes;
+      g.gemv_i8_wide = qsp::kern::GemvI8Wide::kOff;  // as above: the staged kernel is never the 16-warp one
       DevBuf o1(size_t(N) * 4), o2(size_t(N) * 4);
       const bool half_out = DecodeUses::half_out(v);
       auto run_into = [&](DevBuf& out, qsp::kern::GemvI8Stage mode) {
