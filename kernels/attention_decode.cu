@@ -18,7 +18,8 @@
 //  - Scores and the online softmax on the CUDA cores, fp32: a key row is
 //    D / 8 lanes (16 bytes each: LDS.128), so a warp takes 32 / (D / 8) keys
 //    a step, each lane group keeping its own running max, sum and 8 output
-//    columns per head; the groups merge by shuffles at the end.
+//    columns per head, updated once every kSteps steps; the groups merge by
+//    shuffles at the end.
 //  - Merge: the warps of a block in shared memory (after __syncthreads),
 //    then, after a cluster barrier, block r merges slice r of the GP x D
 //    outputs from the kCtas blocks' partials through distributed shared
@@ -52,6 +53,9 @@ constexpr int kCtas = 8;   // blocks a cluster (a KV head); portable cluster siz
 // hide each other's latency (the same bytes in flight).
 constexpr int kWarps = 8;
 constexpr int kKeys = 32;
+// Key steps a lane group scores before it updates its running max and
+// rescales its output once (the first version did both every key).
+constexpr int kSteps = 4;
 
 struct DecParams {
   const __half* q;
@@ -151,37 +155,70 @@ __global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(con
     }
     cp_async_wait<0>();
     __syncwarp();  // every lane's copies landed and are visible to the warp
-    // Keys sub, sub + kKeysPerStep, ... of the round; a lane group's steps
-    // are warp-uniform in count only up to n, so the shuffles run over the
-    // whole warp with the missing keys' scores at -inf.
-    for (int j0 = 0; j0 < n; j0 += kKeysPerStep) {
-      const int j = j0 + sub;
-      const bool ok = j < n;
-      const uint32_t at = uint32_t((ok ? j : 0) * L::kRow + c * 16);
-      uint32_t kw[4], vw[4];
-      lds128(kw[0], kw[1], kw[2], kw[3], sK + at);
-      lds128(vw[0], vw[1], vw[2], vw[3], sV + at);
-      float kf[8], vf[8];
+    // Keys sub, sub + kKeysPerStep, ... of the round, kSteps steps a chunk:
+    // the chunk's scores first (the shuffles run over the whole warp, so a
+    // lane group's missing keys score -inf), then one max and one rescale of
+    // the running output a chunk instead of one a key, then P V (a missing
+    // key's weight is 0, its V row read as row 0's, which every round has).
+    for (int j0 = 0; j0 < n; j0 += kKeysPerStep * kSteps) {
+      float sc[kSteps][GP];
 #pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&kw[t]));
-        const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&vw[t]));
-        kf[2 * t] = a.x, kf[2 * t + 1] = a.y, vf[2 * t] = b.x, vf[2 * t + 1] = b.y;
+      for (int st = 0; st < kSteps; ++st) {
+        const int j = j0 + st * kKeysPerStep + sub;
+        const bool ok = j < n;
+        uint32_t kw[4];
+        lds128(kw[0], kw[1], kw[2], kw[3], sK + uint32_t((ok ? j : 0) * L::kRow + c * 16));
+        float kf[8];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&kw[t]));
+          kf[2 * t] = a.x, kf[2 * t + 1] = a.y;
+        }
+#pragma unroll
+        for (int h = 0; h < GP; ++h) {
+          float x = 0.0f;
+#pragma unroll
+          for (int t = 0; t < 8; ++t) x = fmaf(q[h][t], kf[t], x);
+#pragma unroll
+          for (int off = kLanesPerKey / 2; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+          sc[st][h] = ok ? x : -INFINITY;
+        }
       }
+      // Scores -> weights under the new running max (a lane group with no
+      // key in the chunk keeps its state: its weights are all 0).
 #pragma unroll
       for (int h = 0; h < GP; ++h) {
-        float s = 0.0f;
+        float cm = sc[0][h];
 #pragma unroll
-        for (int t = 0; t < 8; ++t) s = fmaf(q[h][t], kf[t], s);
+        for (int st = 1; st < kSteps; ++st) cm = fmaxf(cm, sc[st][h]);
+        const float mn = fmaxf(m[h], cm);
+        const float corr = mn == -INFINITY ? 1.0f : weight_of(m[h], mn);
+        float sum = 0.0f;
 #pragma unroll
-        for (int off = kLanesPerKey / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (!ok) continue;
-        const float mn = fmaxf(m[h], s);
-        const float corr = weight_of(m[h], mn), e = ex2_approx(s - mn);
+        for (int st = 0; st < kSteps; ++st) {
+          sc[st][h] = weight_of(sc[st][h], mn);
+          sum += sc[st][h];
+        }
         m[h] = mn;
-        l[h] = l[h] * corr + e;
+        l[h] = l[h] * corr + sum;
 #pragma unroll
-        for (int t = 0; t < 8; ++t) o[h][t] = fmaf(e, vf[t], o[h][t] * corr);
+        for (int t = 0; t < 8; ++t) o[h][t] *= corr;
+      }
+#pragma unroll
+      for (int st = 0; st < kSteps; ++st) {
+        const int j = j0 + st * kKeysPerStep + sub;
+        uint32_t vw[4];
+        lds128(vw[0], vw[1], vw[2], vw[3], sV + uint32_t((j < n ? j : 0) * L::kRow + c * 16));
+        float vf[8];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&vw[t]));
+          vf[2 * t] = b.x, vf[2 * t + 1] = b.y;
+        }
+#pragma unroll
+        for (int h = 0; h < GP; ++h)
+#pragma unroll
+          for (int t = 0; t < 8; ++t) o[h][t] = fmaf(sc[st][h], vf[t], o[h][t]);
       }
     }
   }
