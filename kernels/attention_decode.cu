@@ -67,6 +67,17 @@ struct DecParams {
   float scale_log2;
 };
 
+// The 8 fp16 of 16 bytes of shared memory at addr, widened to fp32.
+__device__ __forceinline__ void lds_f16x8(uint32_t addr, float (&f)[8]) {
+  uint32_t w[4];
+  lds128(w[0], w[1], w[2], w[3], addr);
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&w[t]));
+    f[2 * t] = a.x, f[2 * t + 1] = a.y;
+  }
+}
+
 template <int D, int GP>
 struct DecLayout {
   static constexpr int kRow = D * 2;                  // bytes of a cache row
@@ -166,14 +177,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(con
       for (int st = 0; st < kSteps; ++st) {
         const int j = j0 + st * kKeysPerStep + sub;
         const bool ok = j < n;
-        uint32_t kw[4];
-        lds128(kw[0], kw[1], kw[2], kw[3], sK + uint32_t((ok ? j : 0) * L::kRow + c * 16));
         float kf[8];
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&kw[t]));
-          kf[2 * t] = a.x, kf[2 * t + 1] = a.y;
-        }
+        lds_f16x8(sK + uint32_t((ok ? j : 0) * L::kRow + c * 16), kf);
 #pragma unroll
         for (int h = 0; h < GP; ++h) {
           float x = 0.0f;
@@ -207,14 +212,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(con
 #pragma unroll
       for (int st = 0; st < kSteps; ++st) {
         const int j = j0 + st * kKeysPerStep + sub;
-        uint32_t vw[4];
-        lds128(vw[0], vw[1], vw[2], vw[3], sV + uint32_t((j < n ? j : 0) * L::kRow + c * 16));
         float vf[8];
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&vw[t]));
-          vf[2 * t] = b.x, vf[2 * t + 1] = b.y;
-        }
+        lds_f16x8(sV + uint32_t((j < n ? j : 0) * L::kRow + c * 16), vf);
 #pragma unroll
         for (int h = 0; h < GP; ++h)
 #pragma unroll
