@@ -1,20 +1,21 @@
 // The decode step's attention (M = 1) in one launch: split-KV whose merge is
 // done inside the launch by a thread-block cluster, in parallel, instead of
 // by a second kernel (kernels/attention_combine.cu). AttnPath::kCluster
-// forces it; $QSP_ATTN_CLUSTER=1 makes kAuto take it for every decode step
-// it can run (off until measured: bench/RESULTS.md, twenty-seventh session,
-// says what decides it).
+// forces it; with $QSP_ATTN_CLUSTER=1 kAuto takes it for a decode step whose
+// caller bounds the cache short (AttnArgs::max_past, kernels/attention.cu's
+// attention_cluster_keys): it wins on short caches and, in its first shape,
+// lost on long ones (bench/RESULTS.md, twenty-eighth session).
 //
 // Work decomposition (one cluster per KV head)
-//  - grid (1, n_kv_heads, kCtas), cluster (1, 1, kCtas): the kCtas blocks of
+//  - grid (1, n_kv_heads, CTAS), cluster (1, 1, CTAS): the CTAS blocks of
 //    a KV head, kWarps warps each, split its keys 0 .. past (kv_len of them)
-//    into kCtas * kWarps contiguous ranges, one a warp. A warp serves all GP
+//    into CTAS * kWarps contiguous ranges, one a warp. A warp serves all GP
 //    query heads of the GQA group: each cache row is read once.
 //  - A warp copies its range's K and V rows into its own shared memory by
-//    cp.async, up to kKeys rows a round (one round up to kKeys * kCtas *
-//    kWarps cached keys: 2048), all in flight at once; the rows of keys below
-//    `past` before the PDL wait (the previous kernel, qk_rope, writes only
-//    row `past`), the rest after it.
+//    cp.async, up to kKeys rows a round (one round up to kKeys * CTAS *
+//    kWarps cached keys: 2048 or 4096), all in flight at once; the rows of
+//    keys below `past` before the PDL wait (the previous kernel, qk_rope,
+//    writes only row `past`), the rest after it.
 //  - Scores and the online softmax on the CUDA cores, fp32: a key row is
 //    D / 8 lanes (16 bytes each: LDS.128), so a warp takes 32 / (D / 8) keys
 //    a step, each lane group keeping its own running max, sum and 8 output
@@ -22,7 +23,7 @@
 //    shuffles at the end.
 //  - Merge: the warps of a block in shared memory (after __syncthreads),
 //    then, after a cluster barrier, block r merges slice r of the GP x D
-//    outputs from the kCtas blocks' partials through distributed shared
+//    outputs from the CTAS blocks' partials through distributed shared
 //    memory, normalizes and stores fp16. A second cluster barrier keeps every
 //    block's shared memory alive until all have read it.
 // The partials are base-2: m (max of score * scale * log2 e), l (sum of
@@ -32,6 +33,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "kernels/attention_internal.cuh"
 #include "kernels/pdl.h"
@@ -43,7 +45,12 @@ namespace kern {
 namespace attn {
 namespace {
 
-constexpr int kCtas = 8;   // blocks a cluster (a KV head); portable cluster size
+// Blocks a cluster (a KV head): CTAS, a template parameter: 8 (the portable
+// cluster size; the 8 KV heads of the 8B and the 0.6B take 64 SMs) or 16
+// (non-portable, sm_90: 128 SMs, twice the bandwidth and the CUDA cores for
+// a long cache, where every 16-block cluster must find a GPC with 16 free
+// SMs; launch_cluster checks that the GPU holds n_kv_heads of them at
+// once). AttnArgs::cluster_ctas / $QSP_ATTN_CLUSTER_CTAS pick; 8 by default.
 // Warps a block and cache rows a warp holds in shared memory per round.
 // The first version (4 warps x 64 rows) measured (H100, twenty-eighth
 // session) 10% faster than mma.sync + combine on the 0.6B's decode step
@@ -85,12 +92,13 @@ struct DecLayout {
   static constexpr int kPart = GP * (D + 2);          // floats of a partial: o [GP][D], m [GP], l [GP]
   static constexpr int kWarpParts = kWarps * kPart;   // the block's warps' partials
   static constexpr int kBytes = kWarps * kWarpKV + (kWarpParts + kPart) * 4;
-  static_assert(GP * D % kCtas == 0, "the outputs split evenly over the cluster's blocks");
-  static_assert(GP * D / kCtas <= 32 * kWarps, "a thread per output of a block's slice");
 };
 
-template <int D, int GP>
+template <int D, int GP, int CTAS>
 __global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(const DecParams p) {
+  static_assert(CTAS == 8 || CTAS == 16, "clusters of 8 or 16 blocks");
+  static_assert(GP * D % CTAS == 0, "the outputs split evenly over the cluster's blocks");
+  static_assert(GP * D / CTAS <= 32 * kWarps, "a thread per output of a block's slice");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using L = DecLayout<D, GP>;
   // A partial's weight in a merge: 2^(m_i - m) for its max m_i under the
@@ -109,7 +117,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(con
   // `past` is set before the pass (never written by a kernel of it).
   const int past = *p.past;
   const int kv_len = min(past + 1, p.max_seq);
-  const int n_ranges = kCtas * kWarps;
+  const int n_ranges = CTAS * kWarps;
   const int per = (kv_len + n_ranges - 1) / n_ranges;
   const int begin = min(kv_len, (rank * kWarps + warp) * per), end = min(kv_len, begin + per);
   const size_t head_off = size_t(kvh) * p.max_seq * D;
@@ -269,19 +277,19 @@ __global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(con
   }
   cluster_sync();  // every block's partial written (release) and visible (acquire)
 
-  // Slice `rank` of the outputs from the cluster's kCtas partials.
-  constexpr int kSlice = GP * D / kCtas;
+  // Slice `rank` of the outputs from the cluster's CTAS partials.
+  constexpr int kSlice = GP * D / CTAS;
   if (tid < kSlice) {
     const int i = rank * kSlice + tid, h = i / D;
-    float ms[kCtas], mx = -INFINITY;
+    float ms[CTAS], mx = -INFINITY;
 #pragma unroll
-    for (int r = 0; r < kCtas; ++r) {
+    for (int r = 0; r < CTAS; ++r) {
       ms[r] = *cluster_peer(cta + GP * D + h, uint32_t(r));
       mx = fmaxf(mx, ms[r]);
     }
     float num = 0.0f, den = 0.0f;
 #pragma unroll
-    for (int r = 0; r < kCtas; ++r) {
+    for (int r = 0; r < CTAS; ++r) {
       const float wt = weight_of(ms[r], mx);
       num += wt * *cluster_peer(cta + i, uint32_t(r));
       den += wt * *cluster_peer(cta + GP * D + GP + h, uint32_t(r));
@@ -293,15 +301,45 @@ __global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(con
 #endif
 }
 
-template <int D, int GP>
+// The cluster size AttnArgs asks for (0: $QSP_ATTN_CLUSTER_CTAS if it is 8
+// or 16, else 8); 0 for a forced value that is neither.
+int requested_ctas(const AttnArgs& a) {
+  static const int env = [] {
+    const char* e = std::getenv("QSP_ATTN_CLUSTER_CTAS");
+    return e && std::atoi(e) == 16 ? 16 : 8;
+  }();
+  const int c = a.cluster_ctas ? a.cluster_ctas : env;
+  return c == 8 || c == 16 ? c : 0;
+}
+
+template <int D, int GP, int CTAS>
 cudaError_t launch_cluster(const AttnArgs& a, cudaStream_t stream) {
   using L = DecLayout<D, GP>;
+  constexpr auto kernel = attn_decode_cluster_kernel<D, GP, CTAS>;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   static PerDevice smem_set;
-  e = set_smem_once(smem_set, dev, attn_decode_cluster_kernel<D, GP>, L::kBytes);
+  e = set_smem_once(smem_set, dev, kernel, L::kBytes);
   if (e != cudaSuccess) return e;
+  const dim3 grid(1, unsigned(a.n_kv_heads), unsigned(CTAS));
+  ClusterZLaunch launch(grid, 32 * kWarps, size_t(L::kBytes), stream, pdl_enabled(stream, PdlKernel::kAttention));
+  if constexpr (CTAS > 8) {
+    // How many 16-block clusters the GPU holds at once (asked once a
+    // device): fewer than the KV heads would run the clusters in waves.
+    static PerDevice fits;
+    const int n = fits.get(dev, [&] {
+      const ClusterZLaunch plain(grid, 32 * kWarps, size_t(L::kBytes), stream);  // the query without PDL
+      int c = 0;
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
+          cudaOccupancyMaxActiveClusters(&c, kernel, &plain.cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+      }
+      return c;
+    });
+    if (n < a.n_kv_heads) return cudaErrorNotSupported;
+  }
   DecParams p;
   p.q = a.q;
   p.k = a.k_cache;
@@ -311,21 +349,25 @@ cudaError_t launch_cluster(const AttnArgs& a, cudaStream_t stream) {
   p.max_seq = a.max_seq;
   p.group = a.n_heads / a.n_kv_heads;
   p.scale_log2 = a.scale * 1.4426950408889634f;
-  const dim3 grid(1, unsigned(a.n_kv_heads), unsigned(kCtas));
-  ClusterZLaunch launch(grid, 32 * kWarps, size_t(L::kBytes), stream, pdl_enabled(stream, PdlKernel::kAttention));
   const prof::Scope timed(pdl_name(PdlKernel::kAttention), grid, dim3(32 * kWarps), stream);
-  return cudaLaunchKernelEx(&launch.cfg, attn_decode_cluster_kernel<D, GP>, p);
+  return cudaLaunchKernelEx(&launch.cfg, kernel, p);
 }
 
-template <int D>
+template <int D, int CTAS>
 cudaError_t launch_cluster_d(const AttnArgs& a, int group, cudaStream_t stream) {
   switch (group) {
-    case 1: return launch_cluster<D, 1>(a, stream);
-    case 2: return launch_cluster<D, 2>(a, stream);
-    case 4: return launch_cluster<D, 4>(a, stream);
-    case 8: return launch_cluster<D, 8>(a, stream);
+    case 1: return launch_cluster<D, 1, CTAS>(a, stream);
+    case 2: return launch_cluster<D, 2, CTAS>(a, stream);
+    case 4: return launch_cluster<D, 4, CTAS>(a, stream);
+    case 8: return launch_cluster<D, 8, CTAS>(a, stream);
     default: return cudaErrorNotSupported;
   }
+}
+
+template <int CTAS>
+cudaError_t launch_cluster_ctas(const AttnArgs& a, int group, cudaStream_t stream) {
+  return a.head_dim == 128 ? launch_cluster_d<128, CTAS>(a, group, stream)
+                           : launch_cluster_d<64, CTAS>(a, group, stream);
 }
 
 }  // namespace
@@ -343,9 +385,16 @@ bool cluster_decode_runs(const AttnArgs& a) {
 }
 
 cudaError_t run_cluster_decode(const AttnArgs& a, cudaStream_t stream) {
+  const int ctas = requested_ctas(a);
+  if (ctas == 0) return cudaErrorInvalidValue;
   if (!cluster_decode_runs(a)) return cudaErrorNotSupported;
   const int group = a.n_heads / a.n_kv_heads;
-  return a.head_dim == 128 ? launch_cluster_d<128>(a, group, stream) : launch_cluster_d<64>(a, group, stream);
+  if (ctas == 16) {
+    const cudaError_t e = launch_cluster_ctas<16>(a, group, stream);
+    // Where 16-block clusters do not fit at once: 8, unless 16 was forced.
+    if (e != cudaErrorNotSupported || a.cluster_ctas == 16) return e;
+  }
+  return launch_cluster_ctas<8>(a, group, stream);
 }
 
 }  // namespace attn

@@ -340,6 +340,11 @@ struct AttnArgs {
   // with max_past + 1 <= attention_cluster_keys(): it wins on short caches
   // and loses on long ones.
   int32_t max_past = -1;
+  // The cluster kernel's blocks a KV head: 8 or 16 (16: non-portable
+  // clusters; cudaErrorNotSupported where the GPU cannot hold one a KV head
+  // at once); 0: $QSP_ATTN_CLUSTER_CTAS, else 8 (16 from there falls back to
+  // 8 where it does not fit). Another value: cudaErrorInvalidValue.
+  int32_t cluster_ctas = 0;
   // A batched pass (else nullptr): the pieces (M is then the pass's token
   // count, and k_cache, v_cache, max_seq and past are unused), the layer, and
   // the launch's query tiles: tiles[i] = {piece, its first token in the

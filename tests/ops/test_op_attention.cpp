@@ -250,6 +250,21 @@ TEST_CASE("op attention: the decode step's cluster kernel", "[gpu][attention][de
     std::printf("SKIPPED: the cluster decode attention (needs sm_90)\n");
     return;
   }
+  // Clusters of 16 blocks a KV head (non-portable): where the GPU holds 8
+  // of them at once; one key to three rounds a warp (4096 keys a round).
+  bool ran16 = true;
+  for (int D : {64, 128})
+    for (const auto& hh : {std::make_pair(8, 8), std::make_pair(16, 8), std::make_pair(32, 8), std::make_pair(64, 8)})
+      for (int past : {0, 1, 33, 600, 2048, 4095, 4096, 9000})
+        ran16 = run_attention_case({D, hh.first, hh.second, 1, past, past + 1 + 37}, rng, kCluster, true, 16) && ran16;
+  if (!ran16) std::printf("  note: 16-block clusters of 8 KV heads do not fit this GPU at once (8 blocks ran)\n");
+  {
+    AttnRig rig(AttnCase{128, 32, 8, 1, 10, 40}, true);
+    kern::AttnArgs a = rig.args();
+    a.path = kCluster;
+    a.cluster_ctas = 12;  // neither 8 nor 16
+    CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
+  }
 
   cudaStream_t stream = nullptr;
   CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
