@@ -51,6 +51,7 @@
 #include "kernels/env.h"
 #include "kernels/kernels.h"
 #include "kernels/per_device.h"
+#include "qsp/qsp.h"
 
 namespace qsp {
 namespace kern {
@@ -209,6 +210,35 @@ int32_t attention_cluster_keys(int32_t n_heads, int32_t n_kv_heads, int32_t head
   return attn::cluster_decode_runs(a) ? keys : 0;
 }
 
+namespace {
+
+// kAuto's choice of the cluster kernel: a decode step the caller bounds
+// short enough (AttnArgs::max_past).
+bool cluster_auto(const AttnArgs& a) {
+  return a.max_past >= 0 && int64_t(a.max_past) + 1 <= attention_cluster_keys(a.n_heads, a.n_kv_heads, a.head_dim) &&
+         attn::cluster_decode_runs(a);
+}
+
+// AttnArgs::rope describes this launch's step: one token of one context,
+// the same caches, position and heads; arguments qk_rope() would take.
+bool rope_matches(const AttnArgs& a) {
+  const QkRopeArgs& r = *a.rope;
+  if (a.M != 1 || r.M != 1 || r.seqs || a.seqs || !r.qkv) return false;
+  if (r.k_cache != a.k_cache || r.v_cache != a.v_cache || r.past != a.past || r.max_seq != a.max_seq) return false;
+  if (r.n_heads != a.n_heads || r.n_kv_heads != a.n_kv_heads || r.head_dim != a.head_dim) return false;
+  if (r.rope_style != QSP_ROPE_NEOX && r.rope_style != QSP_ROPE_INTERLEAVED) return false;
+  if (!(r.theta > 0.0f) || !std::isfinite(r.theta) || !(r.eps >= 0.0f)) return false;
+  if (r.ld < int64_t(r.n_heads + 2 * r.n_kv_heads) * r.head_dim) return false;
+  return (reinterpret_cast<uintptr_t>(r.qkv) & 3) == 0;
+}
+
+}  // namespace
+
+bool attention_fuses_rope(const AttnArgs& a) {
+  static const bool on = env_on("QSP_ATTN_CLUSTER_ROPE");
+  return on && a.path == AttnPath::kAuto && !a.seqs && a.M == 1 && cluster_auto(a);
+}
+
 int32_t attention_batch_tile_tokens(int32_t max_piece, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) {
   if (max_piece < 1 || n_heads < 1 || n_kv_heads < 1 || n_heads % n_kv_heads || !attention_supported(head_dim))
     return 0;
@@ -229,6 +259,7 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
       return cudaErrorInvalidValue;
     if (a.path == AttnPath::kWgmma || a.path == AttnPath::kWgmmaOne || a.path == AttnPath::kCluster)
       return cudaErrorNotSupported;
+    if (a.rope) return cudaErrorInvalidValue;  // one context's step only
     return attn::run_mma(a, make_batch_plan(a.max_piece, a.n_heads, a.n_kv_heads, a.n_tiles), stream);
   }
   if (!a.q || !a.k_cache || !a.v_cache || !a.out || !a.past) return cudaErrorInvalidValue;
@@ -253,12 +284,11 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   // The decode step in one launch, its split-KV merged by a cluster
   // (kernels/attention_decode.cu), where the caller bounds the cache short
-  // enough; off by default until measured.
-  if (a.path == AttnPath::kCluster ||
-      (a.path == AttnPath::kAuto && a.max_past >= 0 &&
-       int64_t(a.max_past) + 1 <= attention_cluster_keys(a.n_heads, a.n_kv_heads, a.head_dim) &&
-       attn::cluster_decode_runs(a)))
+  // enough; off by default until measured. Only it folds qk_rope in.
+  if (a.rope && !rope_matches(a)) return cudaErrorInvalidValue;
+  if (a.path == AttnPath::kCluster || (a.path == AttnPath::kAuto && cluster_auto(a)))
     return attn::run_cluster_decode(a, stream);
+  if (a.rope) return cudaErrorNotSupported;
   // On Hopper the wgmma kernel (one 128-row block per SM, no split-KV)
   // whenever its grid fills >= 20% of a wave: measured 1.7-2.6x the mma.sync
   // kernels from 128 to 8192 tokens (bench/RESULTS.md). Short chunks and

@@ -39,6 +39,7 @@
 #include "kernels/pdl.h"
 #include "kernels/per_device.h"
 #include "kernels/ptx.cuh"
+#include "kernels/rope.cuh"
 
 namespace qsp {
 namespace kern {
@@ -72,6 +73,16 @@ struct DecParams {
   const int32_t* past;
   int max_seq, group;
   float scale_log2;
+  // AttnArgs::rope (fused != 0): the QK-norm / RoPE / KV write folded in.
+  // The queries come from qkv (not q), the new K / V row is written here.
+  int fused, style, n_heads, n_kv_heads;
+  const float* qkv;
+  const float* q_norm;  // nullptr: no QK-norm
+  const float* k_norm;
+  __half* k_w;  // = k, v: where the new row goes
+  __half* v_w;
+  float eps;
+  double inv_freq[rope::kMaxHeadDim / 2];
 };
 
 // The 8 fp16 of 16 bytes of shared memory at addr, widened to fp32.
@@ -91,8 +102,52 @@ struct DecLayout {
   static constexpr int kWarpKV = 2 * kKeys * kRow;    // a warp's K then V rows
   static constexpr int kPart = GP * (D + 2);          // floats of a partial: o [GP][D], m [GP], l [GP]
   static constexpr int kWarpParts = kWarps * kPart;   // the block's warps' partials
-  static constexpr int kBytes = kWarps * kWarpKV + (kWarpParts + kPart) * 4;
+  // fp32 floats after the partials: the fused path's fp16-rounded queries
+  // [GP][D] and the position's cos / sin [D / 2] each.
+  static constexpr int kFused = GP * D + D;
+  static constexpr int kBytes = kWarps * kWarpKV + (kWarpParts + kPart + kFused) * 4;
 };
+
+// The fused path (DecParams::fused): what qk_rope would have done for this
+// block, with its math (kernels/rope.cuh), so the bits are the same: the
+// angles of position `past`, the block's GP query heads roped into q_s (as
+// the fp16 values qk_rope would store), and, by the warp whose keys include
+// `past`, the KV head's new K and V rows into the cache, visible to that
+// warp's cp.async copies that follow.
+template <int D, int GP>
+__device__ __forceinline__ void fused_rope(const DecParams& p, int past, int kvh, int h0, bool has_new_row,
+                                           size_t head_off, float* q_s, float* ang, int tid, int warp,
+                                           int lane) {
+  constexpr int E = D / 32;
+  rope::angles<D>(past, p.inv_freq, ang, ang + D / 2, tid, 32 * kWarps);
+  __syncthreads();
+  const rope::SharedAngles sa{ang, ang + D / 2};
+  auto norm_rotate = [&](float(&x)[E], const float* nw) {
+    if (p.style == QSP_ROPE_NEOX)
+      rope::norm_rotate<D, QSP_ROPE_NEOX>(x, nw, p.eps, sa, lane);
+    else
+      rope::norm_rotate<D, QSP_ROPE_INTERLEAVED>(x, nw, p.eps, sa, lane);
+  };
+  if (warp < GP) {
+    float x[E];
+    rope::load<E, false>(x, p.qkv + size_t(h0 + warp) * D + lane * E);
+    norm_rotate(x, p.q_norm);
+#pragma unroll
+    for (int e = 0; e < E; ++e) q_s[warp * D + lane * E + e] = __half2float(__float2half_rn(x[e]));
+  }
+  if (has_new_row) {  // warp-uniform
+    float k[E], v[E];
+    rope::load<E, false>(k, p.qkv + size_t(p.n_heads + kvh) * D + lane * E);
+    rope::load<E, false>(v, p.qkv + size_t(p.n_heads + p.n_kv_heads + kvh) * D + lane * E);
+    norm_rotate(k, p.k_norm);
+    const size_t row = head_off + size_t(past) * D + lane * E;
+    rope::store_half<E>(p.k_w + row, k);
+    rope::store_half<E>(p.v_w + row, v);
+    __threadfence();  // the row reaches L2 before this warp's cp.async (L2) copies read it
+    __syncwarp();
+  }
+  __syncthreads();  // q_s complete
+}
 
 template <int D, int GP, int CTAS>
 __global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(const DecParams p) {
@@ -139,14 +194,23 @@ __global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(con
   if (n0 > 0) copy_rows(begin, n0, [&](int key) { return key < past; });
   pdl_wait();
   pdl_launch_dependents();
+  const int h0 = kvh * p.group;
+  float* const q_s = cta + L::kPart;  // the fused path's queries, then its angles
+  if (p.fused)
+    fused_rope<D, GP>(p, past, kvh, h0, past < p.max_seq && begin <= past && past < end, head_off, q_s,
+                      q_s + GP * D, tid, warp, lane);
   if (n0 > 0) copy_rows(begin, n0, [&](int key) { return key >= past; });
   cp_async_commit();
 
   // The lane's 8 columns c * 8 .. c * 8 + 7 of each query head's row.
-  const int h0 = kvh * p.group;
   float q[GP][8];
 #pragma unroll
   for (int h = 0; h < GP; ++h) {
+    if (p.fused) {
+#pragma unroll
+      for (int t = 0; t < 8; ++t) q[h][t] = q_s[h * D + c * 8 + t] * p.scale_log2;
+      continue;
+    }
     uint32_t w[4];
     ldg128_dep(w[0], w[1], w[2], w[3], p.q + size_t(h0 + h) * D + c * 8);
 #pragma unroll
@@ -349,6 +413,27 @@ cudaError_t launch_cluster(const AttnArgs& a, cudaStream_t stream) {
   p.max_seq = a.max_seq;
   p.group = a.n_heads / a.n_kv_heads;
   p.scale_log2 = a.scale * 1.4426950408889634f;
+  p.fused = a.rope != nullptr;
+  p.n_heads = a.n_heads;
+  p.n_kv_heads = a.n_kv_heads;
+  if (a.rope) {
+    const QkRopeArgs& r = *a.rope;
+    p.style = r.rope_style;
+    p.qkv = r.qkv;
+    p.q_norm = r.q_norm;
+    p.k_norm = r.k_norm;
+    p.k_w = r.k_cache;
+    p.v_w = r.v_cache;
+    p.eps = r.eps;
+    const double* tab = rope::inv_freq_table(r.theta, D);
+    for (int i = 0; i < D / 2; ++i) p.inv_freq[i] = tab[i];
+  } else {
+    p.style = 0;
+    p.qkv = p.q_norm = p.k_norm = nullptr;
+    p.k_w = p.v_w = nullptr;
+    p.eps = 0.0f;
+  }
+  for (int i = a.rope ? D / 2 : 0; i < rope::kMaxHeadDim / 2; ++i) p.inv_freq[i] = 0.0;
   const prof::Scope timed(pdl_name(PdlKernel::kAttention), grid, dim3(32 * kWarps), stream);
   return cudaLaunchKernelEx(&launch.cfg, kernel, p);
 }

@@ -345,6 +345,13 @@ struct AttnArgs {
   // at once); 0: $QSP_ATTN_CLUSTER_CTAS, else 8 (16 from there falls back to
   // 8 where it does not fit). Another value: cudaErrorInvalidValue.
   int32_t cluster_ctas = 0;
+  // The decode step's QK-norm / RoPE / KV write folded into this launch
+  // (else nullptr): the qk_rope() arguments of the same step (M = 1, one
+  // context; its caches, past, heads and head_dim this launch's). Only the
+  // cluster kernel does it (kCluster, or kAuto where attention_fuses_rope()
+  // says so; else cudaErrorNotSupported); q_out is not written. The same
+  // bits as qk_rope() then this launch.
+  const QkRopeArgs* rope = nullptr;
   // A batched pass (else nullptr): the pieces (M is then the pass's token
   // count, and k_cache, v_cache, max_seq and past are unused), the layer, and
   // the launch's query tiles: tiles[i] = {piece, its first token in the
@@ -372,6 +379,10 @@ size_t attention_scratch_bytes(int32_t max_M, int32_t n_heads, int32_t head_dim,
 // that replays a decode graph at many positions keys its graphs by
 // past + 1 <= this bound (src/cuda/cuda_pass.cu) and sets max_past.
 int32_t attention_cluster_keys(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim);
+// Whether kAuto runs `a` (rope unset) on the cluster kernel with the step's
+// qk_rope folded in, were a.rope set ($QSP_ATTN_CLUSTER_ROPE=1, off until
+// measured): then the caller skips its qk_rope() launch and sets a.rope.
+bool attention_fuses_rope(const AttnArgs& a);
 cudaError_t attention(const AttnArgs& a, cudaStream_t stream);
 
 // ---- Argmax (kernels/argmax.cu) ----------------------------------------------

@@ -384,7 +384,12 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
          j > i + 1 ? cat : nullptr, in);
     i = j;
   }
-  QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
+  // A decode step on a short cache may fold qk_rope into its attention
+  // launch ($QSP_ATTN_CLUSTER_ROPE=1, kern::attention_fuses_rope).
+  if (kern::attention_fuses_rope(at))
+    at.rope = &rp;
+  else
+    QSP_CUDA_CHECK(kern::qk_rope(rp, stream));
   QSP_CUDA_CHECK(kern::attention(at, stream));
   gemm(r, a.att, Q, n, W(L[kWo], s), nullptr, sum_epilogue(r, s), nullptr, a.x, H);
 }

@@ -318,6 +318,100 @@ TEST_CASE("op attention: the decode step's cluster kernel", "[gpu][attention][de
   CUDA_REQUIRE(cudaGetLastError());
 }
 
+// AttnArgs::rope: the cluster kernel doing the step's QK-norm / RoPE / KV
+// write itself must give the bits of qk_rope() then the cluster kernel (both
+// under PDL): the outputs and both caches whole, for GQA groups 1 / 2 / 4 / 8,
+// head_dim 64 / 128, both rotation styles, with and without QK-norm, from an
+// empty cache to three rounds a warp, clusters of 8 and 16 blocks. Refused:
+// another kernel, a batched pass, arguments of another step.
+TEST_CASE("op attention: the cluster kernel with qk_rope folded in gives qk_rope's bits",
+          "[gpu][attention][decode][cluster]") {
+  QSP_REQUIRE_GPU();
+  if (device_major() < 9) {
+    std::printf("SKIPPED: the cluster decode attention (needs sm_90)\n");
+    return;
+  }
+  Rng rng(8181);
+  cudaStream_t stream = nullptr;
+  CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  struct Shape {
+    int D, H, KVH;
+  };
+  int case_i = 0;
+  for (const Shape sh : {Shape{128, 16, 8}, Shape{128, 32, 8}, Shape{128, 64, 8}, Shape{128, 8, 8}, Shape{64, 16, 4}})
+    for (int past : {0, 1, 31, 300, 2047, 3000}) {
+      const int style = (case_i & 1) ? QSP_ROPE_INTERLEAVED : QSP_ROPE_NEOX;
+      const bool norms = (case_i & 2) == 0;
+      const int ctas = (case_i % 3 == 2) ? 16 : 8;
+      ++case_i;
+      const AttnCase c{sh.D, sh.H, sh.KVH, 1, past, past + 1 + 20};
+      INFO(describe(c) << ", style " << style << (norms ? ", QK-norm" : "") << ", clusters of " << ctas);
+      const AttnData d(c, rng);
+      AttnRig rig(c, true);
+      const int D = c.head_dim, ld = (c.n_heads + 2 * c.n_kv_heads) * D + 8;
+      std::vector<float> qkv(static_cast<size_t>(ld)), nw(static_cast<size_t>(2 * D));
+      for (float& x : qkv) x = 2.0f * rng.normal();
+      for (float& x : nw) x = 1.0f + 0.3f * rng.normal();
+      DevBuf d_qkv(qkv.size() * 4), d_nw(nw.size() * 4);
+      d_qkv.upload(qkv);
+      d_nw.upload(nw);
+      const float* qn = norms ? d_nw.as<float>() : nullptr;
+      const float* kn = norms ? d_nw.as<float>() + D : nullptr;
+      std::vector<uint16_t> out[2], kc[2], vc[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        rig.load(d);
+        rig.out.poison();
+        set_past(rig.past, past);
+        CUDA_REQUIRE(cudaDeviceSynchronize());
+        kern::QkRopeArgs r = rig.rope_args(d_qkv.as<float>(), ld, qn, kn, style);
+        r.eps = 1e-6f;
+        kern::AttnArgs a = rig.args();
+        a.path = kCluster;
+        a.cluster_ctas = ctas;
+        cudaError_t e;
+        {
+          kern::PdlPass pass(1);
+          if (fused) {
+            a.rope = &r;
+          } else {
+            CUDA_REQUIRE(kern::qk_rope(r, stream));
+          }
+          e = kern::attention(a, stream);
+        }
+        if (e == cudaErrorNotSupported && ctas == 16) break;  // 16-block clusters do not fit: nothing to compare
+        CUDA_REQUIRE(e);
+        CUDA_REQUIRE(cudaStreamSynchronize(stream));
+        out[fused] = rig.out.download<uint16_t>();
+        kc[fused] = rig.k.download<uint16_t>();
+        vc[fused] = rig.v.download<uint16_t>();
+      }
+      if (out[1].empty()) continue;
+      CHECK(out[1] == out[0]);
+      CHECK(kc[1] == kc[0]);
+      CHECK(vc[1] == vc[0]);
+      size_t not_finite = 0;
+      for (uint16_t h : out[1]) not_finite += !h_is_finite(h);
+      CHECK(not_finite == 0);
+    }
+  cudaStreamDestroy(stream);
+
+  // Refused: the mma.sync kernel; a rope of another position or cache.
+  AttnRig rig(AttnCase{128, 32, 8, 1, 10, 40}, true);
+  DevBuf d_qkv(size_t(48) * 128 * 4);
+  kern::QkRopeArgs r = rig.rope_args(d_qkv.as<float>(), 48 * 128, nullptr, nullptr, QSP_ROPE_NEOX);
+  kern::AttnArgs a = rig.args();
+  a.rope = &r;
+  a.path = kMma;
+  CHECK(kern::attention(a, nullptr) == cudaErrorNotSupported);
+  a.path = kCluster;
+  DevBuf other_past(sizeof(int32_t));
+  r.past = other_past.as<int32_t>();
+  CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
+  r = rig.rope_args(d_qkv.as<float>(), 48 * 128 - 1, nullptr, nullptr, QSP_ROPE_NEOX);  // ld too short
+  CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
+  CUDA_REQUIRE(cudaGetLastError());
+}
+
 TEST_CASE("op attention: rejects unsupported arguments", "[gpu][attention]") {
   QSP_REQUIRE_GPU();
   AttnRig rig(AttnCase{128, 8, 4, 4, 0, 16}, true);
