@@ -404,7 +404,7 @@ cudaError_t launch_cluster(const AttnArgs& a, cudaStream_t stream) {
     });
     if (n < a.n_kv_heads) return cudaErrorNotSupported;
   }
-  DecParams p;
+  DecParams p{};  // zeroed: the unfused launch leaves the rope fields at 0 / nullptr
   p.q = a.q;
   p.k = a.k_cache;
   p.v = a.v_cache;
@@ -427,13 +427,7 @@ cudaError_t launch_cluster(const AttnArgs& a, cudaStream_t stream) {
     p.eps = r.eps;
     const double* tab = rope::inv_freq_table(r.theta, D);
     for (int i = 0; i < D / 2; ++i) p.inv_freq[i] = tab[i];
-  } else {
-    p.style = 0;
-    p.qkv = p.q_norm = p.k_norm = nullptr;
-    p.k_w = p.v_w = nullptr;
-    p.eps = 0.0f;
   }
-  for (int i = a.rope ? D / 2 : 0; i < rope::kMaxHeadDim / 2; ++i) p.inv_freq[i] = 0.0;
   const prof::Scope timed(pdl_name(PdlKernel::kAttention), grid, dim3(32 * kWarps), stream);
   return cudaLaunchKernelEx(&launch.cfg, kernel, p);
 }
