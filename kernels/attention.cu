@@ -187,21 +187,25 @@ size_t attention_scratch_bytes(int32_t max_M, int32_t n_heads, int32_t head_dim,
   return need;
 }
 
-// Where kAuto takes the cluster kernel: caches of at most this many keys.
-// Measured (H100, twenty-eighth session) with its first shape (4 warps x 64
-// keys a block): the 0.6B step (GQA 2) 10% faster at 1 key and 19% slower at
-// 2049, the 8B's (GQA 4) 1.8% faster and 24% slower; linear between, the
-// two break even near 600 and 150 keys. The shape since (8 warps x 32
-// keys) is not yet measured: the bound is a placeholder until it is.
-constexpr int32_t kClusterKeysDefault = 256;
+// Where kAuto takes the cluster kernel: caches of at most this many keys,
+// by GQA group (a warp's work a key grows with the group's query heads; the
+// mma.sync kernel's does not). Measured (H100, twenty-ninth session: 8 warps
+// x 32 keys a block, clusters of 8, against mma.sync + combine, Q4_0 steps):
+//   0.6B (group 2): 1 key -9.6%, 1024 -10.7%, 2048 -5.5%, 4096 +3.5%;
+//   8B (group 4):   1 key -2.1%, 512 -0.3%, 1024 -0.8%, 2048 +4.4%, 4096 +9.7%.
+// Linear between, they cross near 3,250 keys (group 2) and 1,200 (group 4).
+// Group 8 is not measured: half group 4's bound by that rule; group 1 takes
+// group 2's.
+static int32_t cluster_keys_default(int32_t group) { return group <= 2 ? 3072 : group <= 4 ? 1024 : 512; }
 int32_t attention_cluster_keys(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) {
-  static const bool on = env_on("QSP_ATTN_CLUSTER");
-  static const int32_t keys = [] {
+  static const bool on = env_default_on("QSP_ATTN_CLUSTER");
+  static const int32_t env_keys = [] {  // -1: unset
     const char* e = std::getenv("QSP_ATTN_CLUSTER_KEYS");
-    const long v = e && *e ? std::strtol(e, nullptr, 10) : kClusterKeysDefault;
-    return int32_t(std::clamp<long>(v, 0, INT32_MAX));
+    return e && *e ? int32_t(std::clamp<long>(std::strtol(e, nullptr, 10), 0, INT32_MAX)) : -1;
   }();
-  if (!on || keys == 0 || n_kv_heads < 1 || n_heads % n_kv_heads) return 0;
+  if (!on || n_kv_heads < 1 || n_heads % n_kv_heads) return 0;
+  const int32_t keys = env_keys >= 0 ? env_keys : cluster_keys_default(n_heads / n_kv_heads);
+  if (keys == 0) return 0;
   AttnArgs a;
   a.M = 1;
   a.n_heads = n_heads;

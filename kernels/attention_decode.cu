@@ -1,10 +1,12 @@
 // The decode step's attention (M = 1) in one launch: split-KV whose merge is
 // done inside the launch by a thread-block cluster, in parallel, instead of
 // by a second kernel (kernels/attention_combine.cu). AttnPath::kCluster
-// forces it; with $QSP_ATTN_CLUSTER=1 kAuto takes it for a decode step whose
-// caller bounds the cache short (AttnArgs::max_past, kernels/attention.cu's
-// attention_cluster_keys): it wins on short caches and, in its first shape,
-// lost on long ones (bench/RESULTS.md, twenty-eighth session).
+// forces it; kAuto takes it (unless $QSP_ATTN_CLUSTER=0) for a decode step
+// whose caller bounds the cache short (AttnArgs::max_past, kernels/attention.cu's
+// attention_cluster_keys): it wins on short caches (H100, twenty-ninth
+// session: the 0.6B step -10% up to 1024 cached keys, the 8B's -2% on an
+// empty cache) and loses on long ones (+4-10% at 2048-4096 keys, where its
+// 64 SMs of fp32 softmax fall behind mma.sync's tensor cores on 132).
 //
 // Work decomposition (one cluster per KV head)
 //  - grid (1, n_kv_heads, CTAS), cluster (1, 1, CTAS): the CTAS blocks of
@@ -52,6 +54,8 @@ namespace {
 // a long cache, where every 16-block cluster must find a GPC with 16 free
 // SMs; launch_cluster checks that the GPU holds n_kv_heads of them at
 // once). AttnArgs::cluster_ctas / $QSP_ATTN_CLUSTER_CTAS pick; 8 by default.
+// On the H100 (twenty-ninth session) 8 KV heads' 16-block clusters do not
+// fit at once (cudaOccupancyMaxActiveClusters), so 16 falls back to 8 there.
 // Warps a block and cache rows a warp holds in shared memory per round.
 // The first version (4 warps x 64 rows) measured (H100, twenty-eighth
 // session) 10% faster than mma.sync + combine on the 0.6B's decode step

@@ -105,9 +105,11 @@ void cluster_waves(int dev, int sms, int (&wave)[4]) {
 //                  kernels/gemm_plan.cpp). H100, twenty-third session, two alternating
 //                  rounds: the 8B 64-sequence step Q4_K_M 8.45 / 8.73 -> 8.13 / 8.00 ms
 //                  (-6%), Q4_0 6.50 / 6.61 -> 6.59 / 6.56 (equal); a 128-token prompt equal
-//  - kGemvI8Wide  $QSP_GEMV_I8_WIDE (off unless set; not yet measured): the integer GEMV
-//                  of the matrices of few tiles and many groups in blocks of up to 16
-//                  warps, two an SM (GemvI8Wide::kAuto; kernels/gemv.cu, i8_wide_ok)
+//  - kGemvI8Wide  $QSP_GEMV_I8_WIDE (on unless "0"): the integer GEMV of the matrices
+//                  of few tiles and many groups in blocks of up to 16 warps, two an SM
+//                  (GemvI8Wide::kAuto; kernels/gemv.cu, i8_wide_ok). H100, twenty-eighth
+//                  session: the 8B down GEMV (4096 x 12288) Q4_0 1937 -> 2153 GB/s, Q4_K
+//                  +7.8%; the 8B Q4_0 step 2.413 -> 2.358 ms (-2.3%); the 0.6B equal
 enum class Switch {
   kWgmmaTmaW,
   kWgmmaHybrid,
@@ -122,7 +124,7 @@ bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
                             env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
-                            env_default_on("QSP_WGMMA_LONE_TAIL"), env_on("QSP_GEMV_I8_WIDE")};
+                            env_default_on("QSP_WGMMA_LONE_TAIL"), env_default_on("QSP_GEMV_I8_WIDE")};
   return on[int(s)];
 }
 

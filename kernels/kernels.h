@@ -148,8 +148,7 @@ enum class GemvI8 : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 // No effect where the integer GEMV does not run. The same bits either way.
 enum class GemvI8Stage : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 // How many warps a block of the integer GEMV runs (GemmArgs::gemv_i8_wide):
-//  kAuto: up to 16 (two blocks an SM) where $QSP_GEMV_I8_WIDE=1 (off until
-//         measured), the format runs the integer GEMV (every one fits 64
+//  kAuto: up to 16 (two blocks an SM) unless $QSP_GEMV_I8_WIDE=0, the format runs the integer GEMV (every one fits 64
 //         registers there), the epilogue is not kSwiGLU, the input not a norm or a
 //         staged workspace, the matrix has more than 8 groups of 256 columns
 //         and fewer tiles of 16 rows than two blocks an SM; else kOff.
@@ -304,7 +303,7 @@ cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream);
 // M = 1, GQA group 1, 2, 4 or 8, head_dim 64 / 128, sm_90; else
 // cudaErrorNotSupported); kAuto takes it for a decode step whose caller
 // bounds the cache short enough (AttnArgs::max_past,
-// attention_cluster_keys()), where $QSP_ATTN_CLUSTER=1 (off until measured).
+// attention_cluster_keys()), unless $QSP_ATTN_CLUSTER=0.
 enum class AttnPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kWgmmaOne = 3, kCluster = 4 };
 // Whether the decode-sized mma.sync kernel (16 rows a block) copies its
 // first two K / V tiles before waiting for the previous kernel
@@ -374,14 +373,17 @@ bool attention_supported(int32_t head_dim);
 size_t attention_scratch_bytes(int32_t max_M, int32_t n_heads, int32_t head_dim, int32_t max_seq);
 // The longest cache (keys, past + 1) for which kAuto takes the cluster kernel
 // for a decode step of this shape on the current device: 0 where it never
-// does (off: $QSP_ATTN_CLUSTER unset or 0; a shape or device it does not
-// run). $QSP_ATTN_CLUSTER_KEYS sets the bound (default below). A caller
+// does ($QSP_ATTN_CLUSTER=0; a shape or device it does not run): by GQA
+// group, 3072 keys for groups 1-2, 1024 for 4, 512 for 8 (measured where
+// the kernels cross: kernels/attention.cu); $QSP_ATTN_CLUSTER_KEYS sets it
+// for every shape. A caller
 // that replays a decode graph at many positions keys its graphs by
 // past + 1 <= this bound (src/cuda/cuda_pass.cu) and sets max_past.
 int32_t attention_cluster_keys(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim);
 // Whether kAuto runs `a` (rope unset) on the cluster kernel with the step's
-// qk_rope folded in, were a.rope set ($QSP_ATTN_CLUSTER_ROPE=1, off until
-// measured): then the caller skips its qk_rope() launch and sets a.rope.
+// qk_rope folded in, were a.rope set ($QSP_ATTN_CLUSTER_ROPE=1; off: on an
+// H100 it measured within +-3% of the separate launch, which PDL already
+// overlaps): then the caller skips its qk_rope() launch and sets a.rope.
 bool attention_fuses_rope(const AttnArgs& a);
 cudaError_t attention(const AttnArgs& a, cudaStream_t stream);
 

@@ -367,7 +367,7 @@ TEST_CASE("cuda model: decode steps through the CUDA graph follow the CPU", "[gp
 
 // The decode step keeps two graphs: one for caches short enough for the
 // attention's one-launch kernel (kern::attention_cluster_keys: its bound,
-// $QSP_ATTN_CLUSTER / $QSP_ATTN_CLUSTER_KEYS; 0 when off) and one for the
+// $QSP_ATTN_CLUSTER_KEYS or by GQA group; 0 when off) and one for the
 // rest. Steps from below the bound to past it, then truncated back below
 // it and on: each against the CPU (whatever the bound; with it 0 every
 // step takes the one graph).
@@ -376,11 +376,15 @@ TEST_CASE("cuda model: decode steps across the short-cache bound follow the CPU"
   Poison poison;
   for (bool qwen : {true, false}) {
     ModelSpec spec = qwen ? qwen3_shape(QSP_DTYPE_Q4_0, 41) : llama_shape(QSP_DTYPE_Q8_0, 42);
+    // GQA 4 and one layer: the default bound is then 1024 keys, a prompt the
+    // CPU reference runs in seconds (GQA 2's is 3072).
+    spec.n_kv_heads = spec.n_heads / 4;
+    spec.n_layers = 1;
     TestModel m = make_model(spec);
     const int32_t bound = qsp::kern::attention_cluster_keys(int32_t(spec.n_heads), int32_t(spec.n_kv_heads),
                                                             int32_t(spec.head_dim));
     std::printf("  %s: short-cache bound %d keys%s\n", qwen ? "qwen3" : "llama", bound,
-                bound ? "" : " (QSP_ATTN_CLUSTER off or not this device: one regime)");
+                bound ? "" : " (QSP_ATTN_CLUSTER=0 or not this device: one regime)");
     // Around the bound (or a few steps of the one regime).
     const uint32_t prompt_n = bound > 4 ? uint32_t(bound) - 4 : 9, steps = 8;
     qsp_context* cpu = m.create(QSP_BACKEND_CPU);
