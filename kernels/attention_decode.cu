@@ -38,7 +38,6 @@
 #include <cstdlib>
 
 #include "kernels/attention_internal.cuh"
-#include "kernels/env.h"
 #include "kernels/pdl.h"
 #include "kernels/per_device.h"
 #include "kernels/ptx.cuh"
@@ -199,7 +198,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(con
   if (n0 > 0) copy_rows(begin, n0, [&](int key) { return key < past; });
   pdl_wait();
   pdl_launch_dependents();
-  const int h0 = kvh * p.group + int(blockIdx.x) * GP;  // the cluster's GP query heads of the group
+  const int h0 = kvh * p.group;
   float* const q_s = cta + L::kPart;  // the fused path's queries, then its angles
   if (p.fused)
     fused_rope<D, GP>(p, past, kvh, h0, past < p.max_seq && begin <= past && past < end, head_off, q_s,
@@ -382,7 +381,7 @@ int requested_ctas(const AttnArgs& a) {
 }
 
 template <int D, int GP, int CTAS>
-cudaError_t launch_cluster(const AttnArgs& a, int qsplit, cudaStream_t stream) {
+cudaError_t launch_cluster(const AttnArgs& a, cudaStream_t stream) {
   using L = DecLayout<D, GP>;
   constexpr auto kernel = attn_decode_cluster_kernel<D, GP, CTAS>;
   int dev = 0;
@@ -391,11 +390,11 @@ cudaError_t launch_cluster(const AttnArgs& a, int qsplit, cudaStream_t stream) {
   static PerDevice smem_set;
   e = set_smem_once(smem_set, dev, kernel, L::kBytes);
   if (e != cudaSuccess) return e;
-  const dim3 grid(unsigned(qsplit), unsigned(a.n_kv_heads), unsigned(CTAS));
+  const dim3 grid(1, unsigned(a.n_kv_heads), unsigned(CTAS));
   ClusterZLaunch launch(grid, 32 * kWarps, size_t(L::kBytes), stream, pdl_enabled(stream, PdlKernel::kAttention));
-  if (CTAS > 8 || qsplit > 1) {
-    // How many such clusters the GPU holds at once (asked once a device):
-    // fewer than the launch's would run the clusters in waves.
+  if constexpr (CTAS > 8) {
+    // How many 16-block clusters the GPU holds at once (asked once a
+    // device): fewer than the KV heads would run the clusters in waves.
     static PerDevice fits;
     const int n = fits.get(dev, [&] {
       const ClusterZLaunch plain(grid, 32 * kWarps, size_t(L::kBytes), stream);  // the query without PDL
@@ -407,7 +406,7 @@ cudaError_t launch_cluster(const AttnArgs& a, int qsplit, cudaStream_t stream) {
       }
       return c;
     });
-    if (n < a.n_kv_heads * qsplit) return cudaErrorNotSupported;
+    if (n < a.n_kv_heads) return cudaErrorNotSupported;
   }
   DecParams p{};  // zeroed: the unfused launch leaves the rope fields at 0 / nullptr
   p.q = a.q;
@@ -437,44 +436,21 @@ cudaError_t launch_cluster(const AttnArgs& a, int qsplit, cudaStream_t stream) {
   return cudaLaunchKernelEx(&launch.cfg, kernel, p);
 }
 
-// GP = group / qsplit query heads a cluster.
 template <int D, int CTAS>
-cudaError_t launch_cluster_d(const AttnArgs& a, int group, int qsplit, cudaStream_t stream) {
-  switch (group / qsplit) {
-    case 1: return launch_cluster<D, 1, CTAS>(a, qsplit, stream);
-    case 2: return launch_cluster<D, 2, CTAS>(a, qsplit, stream);
-    case 4: return launch_cluster<D, 4, CTAS>(a, qsplit, stream);
-    case 8: return launch_cluster<D, 8, CTAS>(a, qsplit, stream);
+cudaError_t launch_cluster_d(const AttnArgs& a, int group, cudaStream_t stream) {
+  switch (group) {
+    case 1: return launch_cluster<D, 1, CTAS>(a, stream);
+    case 2: return launch_cluster<D, 2, CTAS>(a, stream);
+    case 4: return launch_cluster<D, 4, CTAS>(a, stream);
+    case 8: return launch_cluster<D, 8, CTAS>(a, stream);
     default: return cudaErrorNotSupported;
   }
 }
 
 template <int CTAS>
-cudaError_t launch_cluster_ctas(const AttnArgs& a, int group, int qsplit, cudaStream_t stream) {
-  return a.head_dim == 128 ? launch_cluster_d<128, CTAS>(a, group, qsplit, stream)
-                           : launch_cluster_d<64, CTAS>(a, group, qsplit, stream);
-}
-
-// The clusters a KV head AttnArgs asks for: 1, 2, 4 or 8 dividing the
-// group, never with the rope folded in (only one cluster may write the new
-// K / V row, and the others would read it); 0: automatic (2 where the group
-// splits and $QSP_ATTN_CLUSTER_QSPLIT=1, off until measured; else 1); -1 for
-// a forced value that is none of those.
-int requested_qsplit(const AttnArgs& a, int group) {
-  static const bool env = env_on("QSP_ATTN_CLUSTER_QSPLIT");
-  if (a.cluster_qsplit == 0) return env && !a.rope && group % 2 == 0 ? 0 : 1;
-  const int n = a.cluster_qsplit;
-  if ((n != 1 && n != 2 && n != 4 && n != 8) || group % n || (n > 1 && a.rope)) return -1;
-  return n;
-}
-
-// One cluster size with the query heads split qsplit ways; 0: 2 where the
-// GPU holds those clusters at once, else 1.
-template <int CTAS>
-cudaError_t launch_split(const AttnArgs& a, int group, int qsplit, cudaStream_t stream) {
-  if (qsplit) return launch_cluster_ctas<CTAS>(a, group, qsplit, stream);
-  const cudaError_t e = launch_cluster_ctas<CTAS>(a, group, 2, stream);
-  return e == cudaErrorNotSupported ? launch_cluster_ctas<CTAS>(a, group, 1, stream) : e;
+cudaError_t launch_cluster_ctas(const AttnArgs& a, int group, cudaStream_t stream) {
+  return a.head_dim == 128 ? launch_cluster_d<128, CTAS>(a, group, stream)
+                           : launch_cluster_d<64, CTAS>(a, group, stream);
 }
 
 }  // namespace
@@ -494,16 +470,14 @@ bool cluster_decode_runs(const AttnArgs& a) {
 cudaError_t run_cluster_decode(const AttnArgs& a, cudaStream_t stream) {
   const int ctas = requested_ctas(a);
   if (ctas == 0) return cudaErrorInvalidValue;
-  const int group = a.n_heads / a.n_kv_heads;
-  const int qsplit = requested_qsplit(a, group);
-  if (qsplit < 0) return cudaErrorInvalidValue;
   if (!cluster_decode_runs(a)) return cudaErrorNotSupported;
+  const int group = a.n_heads / a.n_kv_heads;
   if (ctas == 16) {
-    const cudaError_t e = launch_split<16>(a, group, qsplit, stream);
+    const cudaError_t e = launch_cluster_ctas<16>(a, group, stream);
     // Where 16-block clusters do not fit at once: 8, unless 16 was forced.
     if (e != cudaErrorNotSupported || a.cluster_ctas == 16) return e;
   }
-  return launch_split<8>(a, group, qsplit, stream);
+  return launch_cluster_ctas<8>(a, group, stream);
 }
 
 }  // namespace attn

@@ -344,14 +344,6 @@ struct AttnArgs {
   // at once); 0: $QSP_ATTN_CLUSTER_CTAS, else 8 (16 from there falls back to
   // 8 where it does not fit). Another value: cudaErrorInvalidValue.
   int32_t cluster_ctas = 0;
-  // The cluster kernel's clusters a KV head, each taking group / n of its
-  // query heads (the cache rows are read n times, from L2 after the first;
-  // twice the SMs and half the work a key per warp at n = 2): 1, 2, 4 or 8
-  // dividing the group, never with `rope` (else cudaErrorInvalidValue);
-  // n > 1 returns cudaErrorNotSupported where the GPU cannot hold the
-  // n_kv_heads x n clusters at once. 0: 2 where the group splits, the
-  // clusters fit and $QSP_ATTN_CLUSTER_QSPLIT=1 (off until measured), else 1.
-  int32_t cluster_qsplit = 0;
   // The decode step's QK-norm / RoPE / KV write folded into this launch
   // (else nullptr): the qk_rope() arguments of the same step (M = 1, one
   // context; its caches, past, heads and head_dim this launch's). Only the

@@ -162,15 +162,13 @@ inline void check_attention(const AttnData& d, int past_at, const std::vector<ui
 
 // One case with split-KV scratch (or none), outputs and scratch poisoned,
 // against the CPU op; `path` forces a kernel family (cluster_ctas: the
-// cluster kernel's blocks a KV head, AttnArgs::cluster_ctas; cluster_qsplit:
-// its clusters a KV head, AttnArgs::cluster_qsplit). Returns false
+// cluster kernel's blocks a KV head, AttnArgs::cluster_ctas). Returns false
 // (nothing run) when a forced kWgmma reports itself unsupported, which only
 // a non-Hopper device (or head_dim != 128) may do, or a forced kCluster,
 // which only a device before sm_90 may do on its shapes (M = 1, group 1 / 2
-// / 4 / 8), or one that cannot hold the launch's clusters (16 blocks, or
-// more than one a KV head) at once.
+// / 4 / 8), or one that cannot hold a 16-block cluster a KV head at once.
 inline bool run_attention_case(const AttnCase& c, Rng& rng, kern::AttnPath path = kern::AttnPath::kAuto,
-                               bool with_scratch = true, int cluster_ctas = 0, int cluster_qsplit = 0) {
+                               bool with_scratch = true, int cluster_ctas = 0) {
   AttnData d(c, rng);
   AttnRig rig(c, with_scratch);
   rig.load(d);
@@ -180,14 +178,13 @@ inline bool run_attention_case(const AttnCase& c, Rng& rng, kern::AttnPath path 
   kern::AttnArgs a = rig.args();
   a.path = path;
   a.cluster_ctas = cluster_ctas;
-  a.cluster_qsplit = cluster_qsplit;
   const cudaError_t e = kern::attention(a, nullptr);
   if ((path == kern::AttnPath::kWgmma || path == kern::AttnPath::kWgmmaOne) && e == cudaErrorNotSupported) {
     CHECK((device_major() != 9 || c.head_dim != 128));  // Hopper must run it for head_dim 128
     return false;
   }
   if (path == kern::AttnPath::kCluster && e == cudaErrorNotSupported) {
-    if (cluster_ctas != 16 && cluster_qsplit <= 1) CHECK(device_major() < 9);
+    if (cluster_ctas != 16) CHECK(device_major() < 9);
     return false;
   }
   CUDA_REQUIRE(e);

@@ -258,30 +258,6 @@ TEST_CASE("op attention: the decode step's cluster kernel", "[gpu][attention][de
       for (int past : {0, 1, 33, 600, 2048, 4095, 4096, 9000})
         ran16 = run_attention_case({D, hh.first, hh.second, 1, past, past + 1 + 37}, rng, kCluster, true, 16) && ran16;
   if (!ran16) std::printf("  note: 16-block clusters of 8 KV heads do not fit this GPU at once (8 blocks ran)\n");
-  // The query heads split over 2, 4 or 8 clusters a KV head
-  // (AttnArgs::cluster_qsplit), where the GPU holds them at once; GQA 2 to
-  // 8, one key to two rounds a warp.
-  int split_ran = 0, split_tried = 0;
-  for (int D : {64, 128})
-    for (const auto& hh : {std::make_pair(16, 8), std::make_pair(32, 8), std::make_pair(64, 8), std::make_pair(16, 2)})
-      for (int n : {2, 4, 8}) {
-        if ((hh.first / hh.second) % n) continue;
-        for (int past : {0, 1, 47, 700, 2047, 2048, 3001}) {
-          ++split_tried;
-          split_ran += run_attention_case({D, hh.first, hh.second, 1, past, past + 1 + 37}, rng, kCluster, true, 0, n);
-        }
-      }
-  std::printf("  query heads split over clusters: %d of %d cases fit this GPU\n", split_ran, split_tried);
-  CHECK(split_ran > 0);  // at least 2 clusters of 8 for 8 KV heads (128 SMs) or for 2 KV heads
-  {
-    AttnRig rig(AttnCase{128, 32, 8, 1, 10, 40}, true);
-    kern::AttnArgs a = rig.args();
-    a.path = kCluster;
-    a.cluster_qsplit = 3;  // not 1, 2, 4 or 8
-    CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
-    a.cluster_qsplit = 8;  // more than the group of 4
-    CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
-  }
   {
     AttnRig rig(AttnCase{128, 32, 8, 1, 10, 40}, true);
     kern::AttnArgs a = rig.args();
@@ -432,11 +408,6 @@ TEST_CASE("op attention: the cluster kernel with qk_rope folded in gives qk_rope
   r.past = other_past.as<int32_t>();
   CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
   r = rig.rope_args(d_qkv.as<float>(), 48 * 128 - 1, nullptr, nullptr, QSP_ROPE_NEOX);  // ld too short
-  CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
-  // The rope with the query heads split over clusters (one would write the
-  // row the others read).
-  r = rig.rope_args(d_qkv.as<float>(), 48 * 128, nullptr, nullptr, QSP_ROPE_NEOX);
-  a.cluster_qsplit = 2;
   CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
   CUDA_REQUIRE(cudaGetLastError());
 }
