@@ -36,6 +36,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <type_traits>
 
 #include "kernels/attention_internal.cuh"
 #include "kernels/pdl.h"
@@ -380,6 +381,49 @@ int requested_ctas(const AttnArgs& a) {
   return c == 8 || c == 16 ? c : 0;
 }
 
+// How many clusters of this kernel device `dev` holds at once (asked once a
+// device; 0 where the driver cannot say): a launch of more clusters would
+// run them in waves, each KV head's after another's. (A full H100 holds
+// the 8 clusters of 8 blocks of the 8-KV-head models, not 8 of 16; a MIG
+// slice or a smaller part may hold fewer.)
+template <int D, int GP, int CTAS>
+int resident_clusters(int dev) {
+  using L = DecLayout<D, GP>;
+  constexpr auto kernel = attn_decode_cluster_kernel<D, GP, CTAS>;
+  static PerDevice smem_set, fits;
+  if (set_smem_once(smem_set, dev, kernel, L::kBytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return fits.get(dev, [&] {
+    const ClusterZLaunch plain(dim3(1, 1, CTAS), 32 * kWarps, size_t(L::kBytes), nullptr);
+    int c = 0;
+    if ((CTAS > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) ||
+        cudaOccupancyMaxActiveClusters(&c, kernel, &plain.cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return c;
+  });
+}
+
+// resident_clusters of the clusters of 8 for a's shape.
+int resident_clusters8(const AttnArgs& a, int dev) {
+  const int group = a.n_heads / a.n_kv_heads;
+  auto by_group = [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    switch (group) {
+      case 1: return resident_clusters<D, 1, 8>(dev);
+      case 2: return resident_clusters<D, 2, 8>(dev);
+      case 4: return resident_clusters<D, 4, 8>(dev);
+      case 8: return resident_clusters<D, 8, 8>(dev);
+      default: return 0;
+    }
+  };
+  return a.head_dim == 128 ? by_group(std::integral_constant<int, 128>{})
+                           : by_group(std::integral_constant<int, 64>{});
+}
+
 template <int D, int GP, int CTAS>
 cudaError_t launch_cluster(const AttnArgs& a, cudaStream_t stream) {
   using L = DecLayout<D, GP>;
@@ -387,27 +431,13 @@ cudaError_t launch_cluster(const AttnArgs& a, cudaStream_t stream) {
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
+  // (Clusters of 8: cluster_decode_runs checked that they fit.)
+  if (CTAS > 8 && resident_clusters<D, GP, CTAS>(dev) < a.n_kv_heads) return cudaErrorNotSupported;
   static PerDevice smem_set;
   e = set_smem_once(smem_set, dev, kernel, L::kBytes);
   if (e != cudaSuccess) return e;
   const dim3 grid(1, unsigned(a.n_kv_heads), unsigned(CTAS));
   ClusterZLaunch launch(grid, 32 * kWarps, size_t(L::kBytes), stream, pdl_enabled(stream, PdlKernel::kAttention));
-  if constexpr (CTAS > 8) {
-    // How many 16-block clusters the GPU holds at once (asked once a
-    // device): fewer than the KV heads would run the clusters in waves.
-    static PerDevice fits;
-    const int n = fits.get(dev, [&] {
-      const ClusterZLaunch plain(grid, 32 * kWarps, size_t(L::kBytes), stream);  // the query without PDL
-      int c = 0;
-      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess ||
-          cudaOccupancyMaxActiveClusters(&c, kernel, &plain.cfg) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-      }
-      return c;
-    });
-    if (n < a.n_kv_heads) return cudaErrorNotSupported;
-  }
   DecParams p{};  // zeroed: the unfused launch leaves the rope fields at 0 / nullptr
   p.q = a.q;
   p.k = a.k_cache;
@@ -464,7 +494,8 @@ bool cluster_decode_runs(const AttnArgs& a) {
     (void)cudaGetLastError();
     return false;
   }
-  return cc_major(dev) >= 9;
+  // The kernel is sm_90 code, and its clusters of 8 must all fit at once.
+  return cc_major(dev) >= 9 && resident_clusters8(a, dev) >= a.n_kv_heads;
 }
 
 cudaError_t run_cluster_decode(const AttnArgs& a, cudaStream_t stream) {

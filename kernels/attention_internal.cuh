@@ -82,7 +82,8 @@ constexpr int kCombineMaxSplits = kCombineThreads;  // one lse per thread
 cudaError_t run_mma(const AttnArgs& a, const Plan& pl, cudaStream_t stream);
 // The decode step's cluster kernel (kernels/attention_decode.cu): whether it
 // runs these arguments (M = 1, not batched, group 1 / 2 / 4 / 8, head_dim
-// 64 / 128, sm_90+), and its launch (cudaErrorNotSupported where it does not).
+// 64 / 128, sm_90+, the GPU holding a cluster of 8 blocks a KV head at
+// once), and its launch (cudaErrorNotSupported where it does not).
 bool cluster_decode_runs(const AttnArgs& a);
 cudaError_t run_cluster_decode(const AttnArgs& a, cudaStream_t stream);
 // out[row] = the merge of n_splits partials (o_part [n_splits][rows][D],
