@@ -300,10 +300,11 @@ cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream);
 // kWgmmaOne: the sm_90a kernel with blocks of one consumer warpgroup (64
 // rows; attention_wgmma.h), forced.
 // kCluster: the decode step's one-launch split-KV (kernels/attention_decode.cu:
-// M = 1, GQA group 1, 2, 4 or 8, head_dim 64 / 128, sm_90; else
-// cudaErrorNotSupported); kAuto takes it for a decode step whose caller
-// bounds the cache short enough (AttnArgs::max_past,
-// attention_cluster_keys()), unless $QSP_ATTN_CLUSTER=0.
+// M = 1, GQA group 1, 2, 4 or 8, head_dim 64 / 128, sm_90, a GPU that holds
+// a cluster of 8 blocks a KV head at once; else cudaErrorNotSupported);
+// kAuto takes it for a decode step whose caller bounds the cache short
+// enough (AttnArgs::max_past, attention_cluster_keys()), unless
+// $QSP_ATTN_CLUSTER=0.
 enum class AttnPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kWgmmaOne = 3, kCluster = 4 };
 // Whether the decode-sized mma.sync kernel (16 rows a block) copies its
 // first two K / V tiles before waiting for the previous kernel
