@@ -149,9 +149,10 @@ enum class GemvI8 : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 enum class GemvI8Stage : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 // How many warps a block of the integer GEMV runs (GemmArgs::gemv_i8_wide):
 //  kAuto: up to 16 (two blocks an SM) unless $QSP_GEMV_I8_WIDE=0, where the
-//         format runs the integer GEMV (every one fits 64 registers there), the epilogue is not kSwiGLU, the input not a norm or a
-//         staged workspace, the matrix has more than 8 groups of 256 columns
-//         and fewer tiles of 16 rows than two blocks an SM; else kOff.
+//         format runs the integer GEMV (every one fits 64 registers there),
+//         the epilogue is not kSwiGLU, the input not a norm or a staged
+//         workspace, the matrix has more than 8 groups of 256 columns and
+//         fewer tiles of 16 rows than two blocks an SM; else kOff.
 //  kOn: up to 16 wherever those allow, whatever the tile count.
 //  kOff: up to 8 (three blocks an SM).
 // The two differ within fp32 rounding (the order of the warps' sums).
