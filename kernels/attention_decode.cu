@@ -431,11 +431,10 @@ cudaError_t launch_cluster(const AttnArgs& a, cudaStream_t stream) {
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
-  // (Clusters of 8: cluster_decode_runs checked that they fit.)
-  if (CTAS > 8 && resident_clusters<D, GP, CTAS>(dev) < a.n_kv_heads) return cudaErrorNotSupported;
-  static PerDevice smem_set;
-  e = set_smem_once(smem_set, dev, kernel, L::kBytes);
-  if (e != cudaSuccess) return e;
+  // Whether the clusters fit at once (for 8 blocks cluster_decode_runs
+  // asked already: a cached lookup); resident_clusters also raised the
+  // kernel's shared-memory limit.
+  if (resident_clusters<D, GP, CTAS>(dev) < a.n_kv_heads) return cudaErrorNotSupported;
   const dim3 grid(1, unsigned(a.n_kv_heads), unsigned(CTAS));
   ClusterZLaunch launch(grid, 32 * kWarps, size_t(L::kBytes), stream, pdl_enabled(stream, PdlKernel::kAttention));
   DecParams p{};  // zeroed: the unfused launch leaves the rope fields at 0 / nullptr
