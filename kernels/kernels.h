@@ -291,23 +291,6 @@ struct QkRopeArgs {
   // $QSP_ROPE_WIDE says (chunks of more than 16 tokens unless it is 0),
   // 1 no, 2 yes.
   int32_t wide = 0;
-  // Device memory the kernels after this one will read (the decode step:
-  // the layer's O weights and the head of its gate | up), for L2 to fetch
-  // while this kernel and the attention leave DRAM idle: once the kernel's
-  // wait is over, its threads ask L2 for these bytes (a hint: no result
-  // changes). Unused ranges: bytes 0. Each is trimmed to 16-byte bounds.
-  // An SM asks for ~75 GB/s at most (H100), so l2_ahead_blocks (> the
-  // kernel's own blocks) adds blocks that only ask. l2_ahead_lines: one
-  // prefetch.global.L2 a 128-byte line (else cp.async.bulk.prefetch.L2 of
-  // 64 KB pieces).
-  struct L2Range {
-    const void* ptr = nullptr;
-    size_t bytes = 0;
-  };
-  static constexpr int kL2Ranges = 3;
-  L2Range l2_ahead[kL2Ranges];
-  int32_t l2_ahead_blocks = 0;
-  bool l2_ahead_lines = false;
 };
 cudaError_t qk_rope(const QkRopeArgs& a, cudaStream_t stream);
 

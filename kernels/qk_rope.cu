@@ -14,7 +14,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -46,37 +45,7 @@ struct RopeParams {
   int ld, M;
   rope::Out o;
   double inv_freq[kMaxHeadDim / 2];
-  QkRopeArgs::L2Range ahead[QkRopeArgs::kL2Ranges];  // trimmed to 16-byte bounds
-  int vec_blocks;       // grid.y's blocks of head vectors (the rest only prefetch)
-  int ahead_blocks;     // QkRopeArgs::l2_ahead_blocks
-  bool ahead_lines;     // QkRopeArgs::l2_ahead_lines
 };
-
-// QkRopeArgs::l2_ahead: the grid's threads issue the ranges' pieces (64 KB,
-// or 128-byte lines) round-robin.
-__device__ __forceinline__ void l2_ahead(const RopeParams& p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const size_t kPiece = p.ahead_lines ? size_t(128) : size_t(64) << 10;
-  const int threads = int(gridDim.x * gridDim.y * blockDim.x);
-  const int me = int((blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x);
-  int first = me;  // this thread's first piece, counted from the current range's
-#pragma unroll
-  for (int r = 0; r < QkRopeArgs::kL2Ranges; ++r) {
-    const size_t bytes = p.ahead[r].bytes;
-    const int n = int((bytes + kPiece - 1) / kPiece);
-    const char* base = static_cast<const char*>(p.ahead[r].ptr);
-    for (int k = first; k < n; k += threads) {
-      const size_t off = size_t(k) * kPiece;
-      const uint32_t len = uint32_t(bytes - off < kPiece ? bytes - off : kPiece);
-      if (p.ahead_lines)
-        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(base + off));
-      else
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(base + off), "r"(len) : "memory");
-    }
-    first = (first - n % threads + threads) % threads;
-  }
-#endif
-}
 
 // The narrow kernel: one head vector per warp (chunks of up to 16 tokens:
 // decode steps), the token's angles first.
@@ -84,8 +53,6 @@ template <int D, int kStyle, bool kVecLoad, bool kBatch>
 __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p) {
   pdl_wait();  // kernels/pdl.h
   pdl_launch_dependents();
-  l2_ahead(p);
-  if (int(blockIdx.y) >= p.vec_blocks) return;  // a block that only prefetches
   constexpr int E = D / 32;  // elements per lane
   __shared__ float s_cos[D / 2], s_sin[D / 2];
 
@@ -113,8 +80,6 @@ template <int D, int kStyle, bool kVecLoad, bool kBatch>
 __global__ void __launch_bounds__(kWarps * 32) qk_rope_wide_kernel(const RopeParams p) {
   pdl_wait();  // kernels/pdl.h
   pdl_launch_dependents();
-  l2_ahead(p);
-  if (int(blockIdx.y) >= p.vec_blocks) return;  // a block that only prefetches
   constexpr int E = D / 32;  // elements per lane
   __shared__ float s_cos[D / 2], s_sin[D / 2];
 
@@ -143,19 +108,12 @@ __global__ void __launch_bounds__(kWarps * 32) qk_rope_wide_kernel(const RopePar
 template <int D, int kStyle, bool kVecLoad, bool kBatch>
 cudaError_t launch(const RopeParams& p, bool wide, cudaStream_t stream) {
   const int n_vec = p.o.n_heads + 2 * p.o.n_kv_heads, per_block = kWarps * (wide ? kWideVecs : 1);
-  RopeParams q = p;
-  q.vec_blocks = (n_vec + per_block - 1) / per_block;
-  bool ahead = false;
-  for (const QkRopeArgs::L2Range& r : p.ahead) ahead |= r.bytes > 0;
-  // Blocks that only prefetch (QkRopeArgs::l2_ahead_blocks): grid.y grows
-  // until the grid has that many.
-  const int rows = ahead ? std::min(65535, (p.ahead_blocks + p.M - 1) / p.M) : 0;
-  const dim3 grid(unsigned(p.M), unsigned(std::max(q.vec_blocks, rows)));
+  const dim3 grid(unsigned(p.M), unsigned((n_vec + per_block - 1) / per_block));
   if (wide)
     return launch_pdl(PdlKernel::kQkRope, qk_rope_wide_kernel<D, kStyle, kVecLoad, kBatch>, grid, dim3(kWarps * 32),
-                      0, stream, q);
+                      0, stream, p);
   return launch_pdl(PdlKernel::kQkRope, qk_rope_kernel<D, kStyle, kVecLoad, kBatch>, grid, dim3(kWarps * 32), 0,
-                    stream, q);
+                    stream, p);
 }
 
 template <int D, bool kBatch>
@@ -198,16 +156,6 @@ RopeParams params(const QkRopeArgs& a) {
   const double* tab = rope::inv_freq_table(a.theta, a.head_dim);
   for (int i = 0; i < a.head_dim / 2; ++i) p.inv_freq[i] = tab[i];
   for (int i = a.head_dim / 2; i < kMaxHeadDim / 2; ++i) p.inv_freq[i] = 0.0;
-  for (int r = 0; r < QkRopeArgs::kL2Ranges; ++r) {
-    const QkRopeArgs::L2Range& in = a.l2_ahead[r];
-    const uintptr_t b = reinterpret_cast<uintptr_t>(in.ptr), e = b + (in.ptr ? in.bytes : 0);
-    const uintptr_t b16 = (b + 15) & ~uintptr_t(15), e16 = e & ~uintptr_t(15);
-    p.ahead[r].ptr = reinterpret_cast<const void*>(b16);
-    p.ahead[r].bytes = e16 > b16 ? size_t(e16 - b16) : 0;
-  }
-  p.ahead_blocks = a.l2_ahead_blocks;
-  p.ahead_lines = a.l2_ahead_lines;
-  p.vec_blocks = 0;  // launch() sets it
   return p;
 }
 

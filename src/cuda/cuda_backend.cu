@@ -41,11 +41,6 @@ CudaBackend::CudaBackend(const ModelConfig& cfg, const Partition& part, const st
               "the CUDA backend supports head_dim 64 and 128, not %u", cfg.head_dim);
   poison_ = env_flag("QSP_POISON");
   norm_in_ = env_not_off("QSP_NORM_IN");
-  if (const char* e = std::getenv("QSP_L2_AHEAD_MB"))
-    l2_ahead_bytes_ = size_t(std::clamp(std::strtol(e, nullptr, 10), 0L, 1024L)) << 20;
-  const char* ab = std::getenv("QSP_L2_AHEAD_BLOCKS");
-  l2_ahead_blocks_ = ab ? int32_t(std::clamp(std::strtol(ab, nullptr, 10), 0L, 65535L)) : 128;
-  l2_ahead_lines_ = env_flag("QSP_L2_AHEAD_LINES");
   // QSP_GRAPHS=0: every chunk and batched pass eager (a diagnostic: what the
   // graphs save, or cost).
   if (const char* g = std::getenv("QSP_GRAPHS"); g && std::strcmp(g, "0") == 0) {

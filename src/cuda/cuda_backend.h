@@ -282,12 +282,6 @@ class CudaBackend final : public Backend {
   int32_t qkv_ld_ = 0;
   bool norm_in_ = true;  // norm_in(); QSP_NORM_IN=0: off
   bool poison_ = false;  // test aid: NaN-fill scratch, logits and the KV slots a chunk is about to write
-  // QSP_L2_AHEAD_MB (0: off): bytes of the layer's O, then gate | up
-  // weights that a decode step's qk_rope asks L2 to fetch
-  // (kern::QkRopeArgs::l2_ahead).
-  size_t l2_ahead_bytes_ = 0;
-  int32_t l2_ahead_blocks_ = 0;  // QSP_L2_AHEAD_BLOCKS (default 128): kern::QkRopeArgs::l2_ahead_blocks
-  bool l2_ahead_lines_ = false;  // QSP_L2_AHEAD_LINES=1: kern::QkRopeArgs::l2_ahead_lines
   std::vector<std::unique_ptr<Rank>> ranks_;  // one per device
   std::vector<cudaStream_t> streams_;         // the ranks' streams and devices, in rank order (graph captures)
   std::vector<int> devs_;

@@ -384,21 +384,6 @@ void CudaBackend::enqueue_attention(const LayerTensors& L, uint32_t l, Rank& r, 
          j > i + 1 ? cat : nullptr, in);
     i = j;
   }
-  // A decode step's qk_rope asks L2 for the weights of the GEMVs after the
-  // attention ($QSP_L2_AHEAD_MB): O first, then gate and up alike.
-  if (n == 1 && l2_ahead_bytes_) {
-    size_t left = l2_ahead_bytes_;
-    const kern::DWeight* ahead[3] = {&W(L[kWo], s), &W(L[kWGate], s), &W(L[kWUp], s)};
-    for (int i = 0; i < 3; ++i) {
-      const kern::DWeight& w = *ahead[i];
-      const size_t share = i == 1 ? left / 2 : left;
-      const size_t bytes = std::min(share, kern::dweight_bytes(w.fmt, w.rows, w.cols));
-      rp.l2_ahead[i] = {w.data, bytes};
-      left -= bytes;
-    }
-    rp.l2_ahead_blocks = l2_ahead_blocks_;
-    rp.l2_ahead_lines = l2_ahead_lines_;
-  }
   // A decode step on a short cache may fold qk_rope into its attention
   // launch ($QSP_ATTN_CLUSTER_ROPE=1, kern::attention_fuses_rope).
   if (kern::attention_fuses_rope(at))

@@ -4,7 +4,7 @@
 // cache. Tolerance (as the fp64-reference test this replaces): rel L2 < 1e-3
 // for q, k and v (fp16 outputs: ~3e-4 of rounding); exactly the chunk's
 // cache slots written, none NaN, every other slot untouched; the wide kernel
-// gives the narrow one's bytes, and so do both with L2 prefetch ranges. A case is one
+// gives the narrow one's bytes. A case is one
 // line: {head_dim, n_heads, n_kv_heads, M, past, max_seq, rope style, qk-norm}.
 #include <sstream>
 
@@ -70,28 +70,6 @@ void run_rope_case(const RopeCase& c, Rng& rng) {
   CHECK(d_q.download<uint16_t>() == gq);
   CHECK(d_k.download<uint16_t>() == gk);
   CHECK(d_v.download<uint16_t>() == gv);
-  // L2 prefetch hints (QkRopeArgs::l2_ahead: a decode step's weights ahead)
-  // change no byte, in either kernel, by lines or 64 KB pieces, with blocks
-  // that only prefetch: a range of odd bounds over several pieces, the
-  // kernel's own input, and a size with no pointer.
-  DevBuf ahead((size_t(3) << 20) + 4096);
-  a.l2_ahead[0] = {ahead.as<char>() + 3, (size_t(3) << 20) - 37};
-  a.l2_ahead[1] = {d_qkv.p, qkv.size() * sizeof(float)};
-  a.l2_ahead[2] = {nullptr, 1000};
-  for (int mode = 0; mode < 4; ++mode) {
-    const int wide = 1 + (mode & 1);
-    a.l2_ahead_lines = mode >= 2;
-    a.l2_ahead_blocks = mode == 3 ? 200 : 0;  // extra blocks that only prefetch
-    d_q.poison();
-    d_k.poison();
-    d_v.poison();
-    a.wide = wide;
-    CUDA_REQUIRE(kern::qk_rope(a, nullptr));
-    CUDA_REQUIRE(cudaDeviceSynchronize());
-    CHECK(d_q.download<uint16_t>() == gq);
-    CHECK(d_k.download<uint16_t>() == gk);
-    CHECK(d_v.download<uint16_t>() == gv);
-  }
 
   // The CPU backend's ops on the same rows.
   std::vector<float> q(size_t(c.M) * Q), k(size_t(c.M) * KV), v(size_t(c.M) * KV);
