@@ -14,8 +14,9 @@
 //    into CTAS * kWarps contiguous ranges, one a warp. A warp serves all GP
 //    query heads of the GQA group: each cache row is read once.
 //  - A warp copies its range's K and V rows into its own shared memory by
-//    cp.async, up to kKeys rows a round (one round up to kKeys * CTAS *
-//    kWarps cached keys: 2048 or 4096), all in flight at once; the rows of
+//    cp.async, up to DecLayout::kKeys rows a round (one round up to kKeys *
+//    CTAS * kWarps cached keys: 3072 or 6144 for GQA groups up to 4, 2560
+//    or 5120 for 8), all in flight at once; the rows of
 //    keys below `past` before the PDL wait (the previous kernel, qk_rope,
 //    writes only row `past`), the rest after it.
 //  - Scores and the online softmax on the CUDA cores, fp32: a key row is
@@ -57,7 +58,7 @@ namespace {
 // once). AttnArgs::cluster_ctas / $QSP_ATTN_CLUSTER_CTAS pick; 8 by default.
 // On the H100 (twenty-ninth session) 8 KV heads' 16-block clusters do not
 // fit at once (cudaOccupancyMaxActiveClusters), so 16 falls back to 8 there.
-// Warps a block and cache rows a warp holds in shared memory per round.
+// Warps a block (the cache rows a warp holds a round: DecLayout::kKeys).
 // The first version (4 warps x 64 rows) measured (H100, twenty-eighth
 // session) 10% faster than mma.sync + combine on the 0.6B's decode step
 // with an empty cache and 19-24% slower at 2048 cached keys, where each
@@ -65,7 +66,6 @@ namespace {
 // cost: 8 x 32 halves the keys a warp walks and doubles the warps that
 // hide each other's latency (the same bytes in flight).
 constexpr int kWarps = 8;
-constexpr int kKeys = 32;
 // Key steps a lane group scores before it updates its running max and
 // rescales its output once (the first version did both every key).
 constexpr int kSteps = 4;
@@ -103,6 +103,13 @@ __device__ __forceinline__ void lds_f16x8(uint32_t addr, float (&f)[8]) {
 
 template <int D, int GP>
 struct DecLayout {
+  // Cache rows a warp holds per round: as many as the shared memory takes
+  // (the 8B / 0.6B shapes: 213 KB at GQA 4, 201 KB at 8, of the 227 KB a
+  // block may have), so that a cache of up to kKeys * 64 keys is one round
+  // of copies: a second round costs a whole copy latency, even for one row
+  // (32 rows until the thirtieth session: the bench's 2048 cached keys,
+  // 2049 with the new one, took two rounds).
+  static constexpr int kKeys = GP <= 4 ? 48 : 40;
   static constexpr int kRow = D * 2;                  // bytes of a cache row
   static constexpr int kWarpKV = 2 * kKeys * kRow;    // a warp's K then V rows
   static constexpr int kPart = GP * (D + 2);          // floats of a partial: o [GP][D], m [GP], l [GP]
@@ -111,6 +118,7 @@ struct DecLayout {
   // [GP][D] and the position's cos / sin [D / 2] each.
   static constexpr int kFused = GP * D + D;
   static constexpr int kBytes = kWarps * kWarpKV + (kWarpParts + kPart + kFused) * 4;
+  static_assert(kBytes <= 227 * 1024, "a block's shared memory on sm_90");
 };
 
 // The fused path (DecParams::fused): what qk_rope would have done for this
@@ -170,7 +178,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(con
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int kvh = blockIdx.y, rank = blockIdx.z;
   const int sub = lane / kLanesPerKey, c = lane % kLanesPerKey;
-  const uint32_t sK = smem_u32(smem) + uint32_t(warp * L::kWarpKV), sV = sK + kKeys * L::kRow;
+  const uint32_t sK = smem_u32(smem) + uint32_t(warp * L::kWarpKV), sV = sK + L::kKeys * L::kRow;
   float* const parts = reinterpret_cast<float*>(smem + kWarps * L::kWarpKV);  // [kWarps][kPart]
   float* const cta = parts + L::kWarpParts;                                    // [kPart]
 
@@ -195,7 +203,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(con
       cp_async_cg_16<0, 0>(sV + dst, p.v + off, true);
     }
   };
-  const int n0 = min(kKeys, end - begin);
+  const int n0 = min(L::kKeys, end - begin);
   if (n0 > 0) copy_rows(begin, n0, [&](int key) { return key < past; });
   pdl_wait();
   pdl_launch_dependents();
@@ -234,8 +242,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(con
     for (int j = 0; j < 8; ++j) o[h][j] = 0.0f;
   }
 
-  for (int r0 = begin; r0 < end; r0 += kKeys) {
-    const int n = min(kKeys, end - r0);
+  for (int r0 = begin; r0 < end; r0 += L::kKeys) {
+    const int n = min(L::kKeys, end - r0);
     if (r0 != begin) {
       __syncwarp();  // every lane is done with the previous round's rows
       copy_rows(r0, n, [](int) { return true; });

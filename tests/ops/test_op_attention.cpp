@@ -231,7 +231,8 @@ TEST_CASE("op attention: cache tiles copied before qk_rope's end give the same b
 // AttnPath::kCluster (kernels/attention_decode.cu): the decode step's
 // split-KV merged inside one launch by a cluster of 8 blocks a KV head.
 // Against the CPU op on GQA groups 1, 2, 4, 8, head_dim 64 / 128, from one
-// cached key to more than a round of rows a warp (64 x 32 = 2048 keys), the
+// cached key to three rounds of rows a warp (a round: 64 x 48 = 3072 keys
+// for groups up to 4, 64 x 40 = 2560 for 8; both edges of it), the
 // poisoned tail past the cache's end; under PDL after qk_rope (the rows
 // below past copied before the wait) against the mma.sync kernel on the same
 // data, the same bits trial after trial; a graph replayed at moving
@@ -242,7 +243,7 @@ TEST_CASE("op attention: the decode step's cluster kernel", "[gpu][attention][de
   bool ran = true;
   for (int D : {64, 128})
     for (const auto& hh : {std::make_pair(8, 8), std::make_pair(16, 8), std::make_pair(32, 8), std::make_pair(64, 8)})
-      for (int past : {0, 1, 5, 31, 32, 100, 513, 2047, 2048, 2100, 4500})
+      for (int past : {0, 1, 5, 31, 32, 100, 513, 2047, 2048, 2559, 2560, 3071, 3072, 4500, 6200})
         ran = run_attention_case({D, hh.first, hh.second, 1, past, past + 1 + 37}, rng, kCluster) && ran;
   ran = run_attention_case({128, 32, 8, 1, 999, 1000}, rng, kCluster) && ran;  // the cache full
   ran = run_attention_case({128, 16, 2, 1, 300, 400}, rng, kCluster) && ran;   // group 8, 2 KV heads
@@ -251,11 +252,12 @@ TEST_CASE("op attention: the decode step's cluster kernel", "[gpu][attention][de
     return;
   }
   // Clusters of 16 blocks a KV head (non-portable): where the GPU holds 8
-  // of them at once; one key to three rounds a warp (4096 keys a round).
+  // of them at once; one key to three rounds a warp (6144 / 5120 keys a
+  // round).
   bool ran16 = true;
   for (int D : {64, 128})
     for (const auto& hh : {std::make_pair(8, 8), std::make_pair(16, 8), std::make_pair(32, 8), std::make_pair(64, 8)})
-      for (int past : {0, 1, 33, 600, 2048, 4095, 4096, 9000})
+      for (int past : {0, 1, 33, 600, 2048, 4095, 4096, 6143, 6144, 12400})
         ran16 = run_attention_case({D, hh.first, hh.second, 1, past, past + 1 + 37}, rng, kCluster, true, 16) && ran16;
   if (!ran16) std::printf("  note: 16-block clusters of 8 KV heads do not fit this GPU at once (8 blocks ran)\n");
   {
@@ -339,7 +341,7 @@ TEST_CASE("op attention: the cluster kernel with qk_rope folded in gives qk_rope
   };
   int case_i = 0;
   for (const Shape sh : {Shape{128, 16, 8}, Shape{128, 32, 8}, Shape{128, 64, 8}, Shape{128, 8, 8}, Shape{64, 16, 4}})
-    for (int past : {0, 1, 31, 300, 2047, 3000}) {
+    for (int past : {0, 1, 31, 300, 2047, 3000, 6200}) {
       const int style = (case_i & 1) ? QSP_ROPE_INTERLEAVED : QSP_ROPE_NEOX;
       const bool norms = (case_i & 2) == 0;
       const int ctas = (case_i % 3 == 2) ? 16 : 8;
