@@ -12,14 +12,14 @@
 //  - grid (1, n_kv_heads, CTAS), cluster (1, 1, CTAS): the CTAS blocks of
 //    a KV head, W warps each (8, or 16 for GQA groups 1-4: AttnArgs::
 //    cluster_warps), split its keys 0 .. past (kv_len of them) into CTAS * W
-//    contiguous ranges, one a warp. A warp serves all GP
-//    query heads of the GQA group: each cache row is read once.
+//    contiguous ranges, one a warp. A warp serves all GP query heads of the
+//    GQA group: each cache row is read once.
 //  - A warp copies its range's K and V rows into its own shared memory by
 //    cp.async, up to DecLayout::kKeys rows a round (one round up to kKeys *
 //    CTAS * W cached keys: 3072 or 6144 for GQA groups up to 4, 2560 or
-//    5120 for 8), all in flight at once; the rows of
-//    keys below `past` before the PDL wait (the previous kernel, qk_rope,
-//    writes only row `past`), the rest after it.
+//    5120 for 8), all in flight at once; the rows of keys below `past`
+//    before the PDL wait (the previous kernel, qk_rope, writes only row
+//    `past`), the rest after it.
 //  - Scores and the online softmax on the CUDA cores, fp32: a key row is
 //    D / 8 lanes (16 bytes each: LDS.128), so a warp takes 32 / (D / 8) keys
 //    a step, each lane group keeping its own running max, sum and 8 output
@@ -60,12 +60,13 @@ namespace {
 // On the H100 (twenty-ninth session) 8 KV heads' 16-block clusters do not
 // fit at once (cudaOccupancyMaxActiveClusters), so 16 falls back to 8 there.
 // Warps a block (the default; AttnArgs::cluster_warps; the cache rows a
-// warp holds a round: DecLayout::kKeys). The first version (4 warps x 64 rows) measured (H100, twenty-eighth
-// session) 10% faster than mma.sync + combine on the 0.6B's decode step
-// with an empty cache and 19-24% slower at 2048 cached keys, where each
-// warp's 64 keys of fp32 online softmax (one warp per scheduler) are the
-// cost: 8 x 32 halves the keys a warp walks and doubles the warps that
-// hide each other's latency (the same bytes in flight).
+// warp holds a round: DecLayout::kKeys). The first version (4 warps x 64
+// rows) measured (H100, twenty-eighth session) 10% faster than mma.sync +
+// combine on the 0.6B's decode step with an empty cache and 19-24% slower
+// at 2048 cached keys, where each warp's 64 keys of fp32 online softmax
+// (one warp per scheduler) are the cost: 8 x 32 halves the keys a warp
+// walks and doubles the warps that hide each other's latency (the same
+// bytes in flight).
 constexpr int kWarps = 8;
 // 16 warps a block (AttnArgs::cluster_warps) for the groups whose registers
 // fit 512 threads (launch bounds: 128 a thread; ptxas: 64 / 85 / 127 at
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(32 * W, 1) attn_decode_cluster_kernel(const De
   const int sub = lane / kLanesPerKey, c = lane % kLanesPerKey;
   const uint32_t sK = smem_u32(smem) + uint32_t(warp * L::kWarpKV), sV = sK + L::kKeys * L::kRow;
   float* const parts = reinterpret_cast<float*>(smem + W * L::kWarpKV);  // [W][kPart]
-  float* const cta = parts + L::kWarpParts;                                    // [kPart]
+  float* const cta = parts + L::kWarpParts;                               // [kPart]
 
   // `past` is set before the pass (never written by a kernel of it).
   const int past = *p.past;
@@ -218,7 +219,7 @@ __global__ void __launch_bounds__(32 * W, 1) attn_decode_cluster_kernel(const De
   float* const q_s = cta + L::kPart;  // the fused path's queries, then its angles
   if (p.fused)
     fused_rope<D, GP, W>(p, past, kvh, h0, past < p.max_seq && begin <= past && past < end, head_off, q_s,
-                      q_s + GP * D, tid, warp, lane);
+                         q_s + GP * D, tid, warp, lane);
   if (n0 > 0) copy_rows(begin, n0, [&](int key) { return key >= past; });
   cp_async_commit();
 
