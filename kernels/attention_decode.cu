@@ -10,14 +10,13 @@
 //
 // Work decomposition (one cluster per KV head)
 //  - grid (1, n_kv_heads, CTAS), cluster (1, 1, CTAS): the CTAS blocks of
-//    a KV head, W warps each (8, or 16 for GQA groups 1-4: AttnArgs::
-//    cluster_warps), split its keys 0 .. past (kv_len of them) into CTAS * W
-//    contiguous ranges, one a warp. A warp serves all GP query heads of the
-//    GQA group: each cache row is read once.
+//    a KV head, kWarps warps each, split its keys 0 .. past (kv_len of them)
+//    into CTAS * kWarps contiguous ranges, one a warp. A warp serves all GP
+//    query heads of the GQA group: each cache row is read once.
 //  - A warp copies its range's K and V rows into its own shared memory by
 //    cp.async, up to DecLayout::kKeys rows a round (one round up to kKeys *
-//    CTAS * W cached keys: 3072 or 6144 for GQA groups up to 4, 2560 or
-//    5120 for 8), all in flight at once; the rows of keys below `past`
+//    CTAS * kWarps cached keys: 3072 or 6144 for GQA groups up to 4, 2560
+//    or 5120 for 8), all in flight at once; the rows of keys below `past`
 //    before the PDL wait (the previous kernel, qk_rope, writes only row
 //    `past`), the rest after it.
 //  - Scores and the online softmax on the CUDA cores, fp32: a key row is
@@ -59,19 +58,18 @@ namespace {
 // once). AttnArgs::cluster_ctas / $QSP_ATTN_CLUSTER_CTAS pick; 8 by default.
 // On the H100 (twenty-ninth session) 8 KV heads' 16-block clusters do not
 // fit at once (cudaOccupancyMaxActiveClusters), so 16 falls back to 8 there.
-// Warps a block (the default; AttnArgs::cluster_warps; the cache rows a
-// warp holds a round: DecLayout::kKeys). The first version (4 warps x 64
-// rows) measured (H100, twenty-eighth session) 10% faster than mma.sync +
-// combine on the 0.6B's decode step with an empty cache and 19-24% slower
-// at 2048 cached keys, where each warp's 64 keys of fp32 online softmax
-// (one warp per scheduler) are the cost: 8 x 32 halves the keys a warp
-// walks and doubles the warps that hide each other's latency (the same
-// bytes in flight).
+// Warps a block (the cache rows a warp holds a round: DecLayout::kKeys).
+// The first version (4 warps x 64 rows) measured (H100, twenty-eighth
+// session) 10% faster than mma.sync + combine on the 0.6B's decode step
+// with an empty cache and 19-24% slower at 2048 cached keys, where each
+// warp's 64 keys of fp32 online softmax (one warp per scheduler) are the
+// cost: 8 x 32 halves the keys a warp walks and doubles the warps that
+// hide each other's latency (the same bytes in flight). 16 warps of half
+// the rows each (thirtieth session, groups 1-4, 64-127 registers) went no
+// faster: equal to 3.5% slower on the 0.6B and the 8B steps from an empty
+// cache to 4096 keys (bench/RESULTS.md), so the time a long cache adds is
+// its copies, not a warp's walk of its keys.
 constexpr int kWarps = 8;
-// 16 warps a block (AttnArgs::cluster_warps) for the groups whose registers
-// fit 512 threads (launch bounds: 128 a thread; ptxas: 64 / 85 / 127 at
-// groups 1 / 2 / 4, no spills; group 8 takes 234 at 8 warps).
-constexpr int kMaxGroup16 = 4;
 // Key steps a lane group scores before it updates its running max and
 // rescales its output once (the first version did both every key).
 constexpr int kSteps = 4;
@@ -107,7 +105,7 @@ __device__ __forceinline__ void lds_f16x8(uint32_t addr, float (&f)[8]) {
   }
 }
 
-template <int D, int GP, int W = kWarps>
+template <int D, int GP>
 struct DecLayout {
   // Cache rows a warp holds per round: as many as the shared memory takes
   // (the 8B / 0.6B shapes: 213 KB at GQA 4, 201 KB at 8, of the 227 KB a
@@ -115,16 +113,15 @@ struct DecLayout {
   // of copies: a second round costs a whole copy latency, even for one row
   // (32 rows until the thirtieth session: the bench's 2048 cached keys,
   // 2049 with the new one, took two rounds).
-  // (16 warps: half as many each, 22 at GQA 4 whose 16 partials take more.)
-  static constexpr int kKeys = W == kWarps ? (GP <= 4 ? 48 : 40) : (GP <= 2 ? 24 : 22);
+  static constexpr int kKeys = GP <= 4 ? 48 : 40;
   static constexpr int kRow = D * 2;                  // bytes of a cache row
   static constexpr int kWarpKV = 2 * kKeys * kRow;    // a warp's K then V rows
   static constexpr int kPart = GP * (D + 2);          // floats of a partial: o [GP][D], m [GP], l [GP]
-  static constexpr int kWarpParts = W * kPart;        // the block's warps' partials
+  static constexpr int kWarpParts = kWarps * kPart;   // the block's warps' partials
   // fp32 floats after the partials: the fused path's fp16-rounded queries
   // [GP][D] and the position's cos / sin [D / 2] each.
   static constexpr int kFused = GP * D + D;
-  static constexpr int kBytes = W * kWarpKV + (kWarpParts + kPart + kFused) * 4;
+  static constexpr int kBytes = kWarps * kWarpKV + (kWarpParts + kPart + kFused) * 4;
   static_assert(kBytes <= 227 * 1024, "a block's shared memory on sm_90");
 };
 
@@ -134,12 +131,12 @@ struct DecLayout {
 // the fp16 values qk_rope would store), and, by the warp whose keys include
 // `past`, the KV head's new K and V rows into the cache, visible to that
 // warp's cp.async copies that follow.
-template <int D, int GP, int W>
+template <int D, int GP>
 __device__ __forceinline__ void fused_rope(const DecParams& p, int past, int kvh, int h0, bool has_new_row,
                                            size_t head_off, float* q_s, float* ang, int tid, int warp,
                                            int lane) {
   constexpr int E = D / 32;
-  rope::angles<D>(past, p.inv_freq, ang, ang + D / 2, tid, 32 * W);
+  rope::angles<D>(past, p.inv_freq, ang, ang + D / 2, tid, 32 * kWarps);
   __syncthreads();
   const rope::SharedAngles sa{ang, ang + D / 2};
   auto norm_rotate = [&](float(&x)[E], const float* nw) {
@@ -169,14 +166,13 @@ __device__ __forceinline__ void fused_rope(const DecParams& p, int past, int kvh
   __syncthreads();  // q_s complete
 }
 
-template <int D, int GP, int CTAS, int W>
-__global__ void __launch_bounds__(32 * W, 1) attn_decode_cluster_kernel(const DecParams p) {
+template <int D, int GP, int CTAS>
+__global__ void __launch_bounds__(32 * kWarps, 1) attn_decode_cluster_kernel(const DecParams p) {
   static_assert(CTAS == 8 || CTAS == 16, "clusters of 8 or 16 blocks");
-  static_assert(W == kWarps || (W == 16 && GP <= kMaxGroup16), "8 warps, or 16 for the small groups");
   static_assert(GP * D % CTAS == 0, "the outputs split evenly over the cluster's blocks");
-  static_assert(GP * D / CTAS <= 32 * W, "a thread per output of a block's slice");
+  static_assert(GP * D / CTAS <= 32 * kWarps, "a thread per output of a block's slice");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using L = DecLayout<D, GP, W>;
+  using L = DecLayout<D, GP>;
   // A partial's weight in a merge: 2^(m_i - m) for its max m_i under the
   // merged max m; 0 for an empty partial (m_i = -inf), never NaN.
   auto weight_of = [](float mi, float m) { return mi == -INFINITY ? 0.0f : ex2_approx(mi - m); };
@@ -187,15 +183,15 @@ __global__ void __launch_bounds__(32 * W, 1) attn_decode_cluster_kernel(const De
   const int kvh = blockIdx.y, rank = blockIdx.z;
   const int sub = lane / kLanesPerKey, c = lane % kLanesPerKey;
   const uint32_t sK = smem_u32(smem) + uint32_t(warp * L::kWarpKV), sV = sK + L::kKeys * L::kRow;
-  float* const parts = reinterpret_cast<float*>(smem + W * L::kWarpKV);  // [W][kPart]
-  float* const cta = parts + L::kWarpParts;                               // [kPart]
+  float* const parts = reinterpret_cast<float*>(smem + kWarps * L::kWarpKV);  // [kWarps][kPart]
+  float* const cta = parts + L::kWarpParts;                                    // [kPart]
 
   // `past` is set before the pass (never written by a kernel of it).
   const int past = *p.past;
   const int kv_len = min(past + 1, p.max_seq);
-  const int n_ranges = CTAS * W;
+  const int n_ranges = CTAS * kWarps;
   const int per = (kv_len + n_ranges - 1) / n_ranges;
-  const int begin = min(kv_len, (rank * W + warp) * per), end = min(kv_len, begin + per);
+  const int begin = min(kv_len, (rank * kWarps + warp) * per), end = min(kv_len, begin + per);
   const size_t head_off = size_t(kvh) * p.max_seq * D;
 
   // Rows [r0, r0 + n) of the range into the warp's slots 0 .. n-1, the
@@ -218,8 +214,8 @@ __global__ void __launch_bounds__(32 * W, 1) attn_decode_cluster_kernel(const De
   const int h0 = kvh * p.group;
   float* const q_s = cta + L::kPart;  // the fused path's queries, then its angles
   if (p.fused)
-    fused_rope<D, GP, W>(p, past, kvh, h0, past < p.max_seq && begin <= past && past < end, head_off, q_s,
-                         q_s + GP * D, tid, warp, lane);
+    fused_rope<D, GP>(p, past, kvh, h0, past < p.max_seq && begin <= past && past < end, head_off, q_s,
+                      q_s + GP * D, tid, warp, lane);
   if (n0 > 0) copy_rows(begin, n0, [&](int key) { return key >= past; });
   cp_async_commit();
 
@@ -343,14 +339,14 @@ __global__ void __launch_bounds__(32 * W, 1) attn_decode_cluster_kernel(const De
   __syncthreads();
 
   // The block's partial: its warps merged.
-  for (int i = tid; i < GP * D + GP; i += 32 * W) {
+  for (int i = tid; i < GP * D + GP; i += 32 * kWarps) {
     const int h = i < GP * D ? i / D : i - GP * D;
     float mx = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < W; ++w) mx = fmaxf(mx, parts[w * L::kPart + GP * D + h]);
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, parts[w * L::kPart + GP * D + h]);
     float acc = 0.0f;
 #pragma unroll
-    for (int w = 0; w < W; ++w) {
+    for (int w = 0; w < kWarps; ++w) {
       const float* pw = parts + w * L::kPart;
       const float wt = weight_of(pw[GP * D + h], mx);
       acc += wt * (i < GP * D ? pw[i] : pw[GP * D + GP + h]);
@@ -397,36 +393,22 @@ int requested_ctas(const AttnArgs& a) {
   return c == 8 || c == 16 ? c : 0;
 }
 
-// The warps a block AttnArgs asks for (0: $QSP_ATTN_CLUSTER_WARPS if it is
-// 16, else 8), 8 where the group is too large for 16; 0 for a forced value
-// that is neither 8 nor 16.
-int requested_warps(const AttnArgs& a) {
-  static const int env = [] {
-    const char* e = std::getenv("QSP_ATTN_CLUSTER_WARPS");
-    return e && std::atoi(e) == 16 ? 16 : kWarps;
-  }();
-  const int w = a.cluster_warps ? a.cluster_warps : env;
-  if (w != kWarps && w != 16) return 0;
-  return a.n_kv_heads > 0 && a.n_heads / a.n_kv_heads <= kMaxGroup16 ? w : kWarps;
-}
-
 // How many clusters of this kernel device `dev` holds at once (asked once a
 // device; 0 where the driver cannot say): a launch of more clusters would
 // run them in waves, each KV head's after another's. (A full H100 holds
 // the 8 clusters of 8 blocks of the 8-KV-head models, not 8 of 16; a MIG
-// slice or a smaller part may hold fewer.) Raises the kernel's dynamic
-// shared-memory limit first, once a device: the launch relies on it.
-template <int D, int GP, int CTAS, int W>
+// slice or a smaller part may hold fewer.)
+template <int D, int GP, int CTAS>
 int resident_clusters(int dev) {
-  using L = DecLayout<D, GP, W>;
-  constexpr auto kernel = attn_decode_cluster_kernel<D, GP, CTAS, W>;
+  using L = DecLayout<D, GP>;
+  constexpr auto kernel = attn_decode_cluster_kernel<D, GP, CTAS>;
   static PerDevice smem_set, fits;
   if (set_smem_once(smem_set, dev, kernel, L::kBytes) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
   return fits.get(dev, [&] {
-    const ClusterZLaunch plain(dim3(1, 1, CTAS), 32 * W, size_t(L::kBytes), nullptr);
+    const ClusterZLaunch plain(dim3(1, 1, CTAS), 32 * kWarps, size_t(L::kBytes), nullptr);
     int c = 0;
     if ((CTAS > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) ||
         cudaOccupancyMaxActiveClusters(&c, kernel, &plain.cfg) != cudaSuccess) {
@@ -437,51 +419,36 @@ int resident_clusters(int dev) {
   });
 }
 
-// The kernel for a's head_dim and group at CTAS blocks and `warps` a block
-// (requested_warps): f.template operator()<D, GP, CTAS, W>(); `fallback`
-// for a shape it has no kernel for. 16 warps are built for clusters of 8
-// only (16-block clusters do not fit an H100 at once).
-template <int CTAS, class R, class F>
-R with_kernel(const AttnArgs& a, int warps, R fallback, F f) {
+// resident_clusters of the clusters of 8 for a's shape.
+int resident_clusters8(const AttnArgs& a, int dev) {
   const int group = a.n_heads / a.n_kv_heads;
-  auto by_group = [&](auto d) -> R {
+  auto by_group = [&](auto d) {
     constexpr int D = decltype(d)::value;
-    if constexpr (CTAS == 8) {
-      if (warps == 16) {
-        switch (group) {
-          case 1: return f.template operator()<D, 1, CTAS, 16>();
-          case 2: return f.template operator()<D, 2, CTAS, 16>();
-          case 4: return f.template operator()<D, 4, CTAS, 16>();
-          default: return fallback;
-        }
-      }
-    }
     switch (group) {
-      case 1: return f.template operator()<D, 1, CTAS, kWarps>();
-      case 2: return f.template operator()<D, 2, CTAS, kWarps>();
-      case 4: return f.template operator()<D, 4, CTAS, kWarps>();
-      case 8: return f.template operator()<D, 8, CTAS, kWarps>();
-      default: return fallback;
+      case 1: return resident_clusters<D, 1, 8>(dev);
+      case 2: return resident_clusters<D, 2, 8>(dev);
+      case 4: return resident_clusters<D, 4, 8>(dev);
+      case 8: return resident_clusters<D, 8, 8>(dev);
+      default: return 0;
     }
   };
-  if (a.head_dim == 128) return by_group(std::integral_constant<int, 128>{});
-  if (a.head_dim == 64) return by_group(std::integral_constant<int, 64>{});
-  return fallback;
+  return a.head_dim == 128 ? by_group(std::integral_constant<int, 128>{})
+                           : by_group(std::integral_constant<int, 64>{});
 }
 
-template <int D, int GP, int CTAS, int W>
+template <int D, int GP, int CTAS>
 cudaError_t launch_cluster(const AttnArgs& a, cudaStream_t stream) {
-  using L = DecLayout<D, GP, W>;
-  constexpr auto kernel = attn_decode_cluster_kernel<D, GP, CTAS, W>;
+  using L = DecLayout<D, GP>;
+  constexpr auto kernel = attn_decode_cluster_kernel<D, GP, CTAS>;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
   // Whether the clusters fit at once (for 8 blocks cluster_decode_runs
   // asked already: a cached lookup); resident_clusters also raised the
   // kernel's shared-memory limit.
-  if (resident_clusters<D, GP, CTAS, W>(dev) < a.n_kv_heads) return cudaErrorNotSupported;
+  if (resident_clusters<D, GP, CTAS>(dev) < a.n_kv_heads) return cudaErrorNotSupported;
   const dim3 grid(1, unsigned(a.n_kv_heads), unsigned(CTAS));
-  ClusterZLaunch launch(grid, 32 * W, size_t(L::kBytes), stream, pdl_enabled(stream, PdlKernel::kAttention));
+  ClusterZLaunch launch(grid, 32 * kWarps, size_t(L::kBytes), stream, pdl_enabled(stream, PdlKernel::kAttention));
   DecParams p{};  // zeroed: the unfused launch leaves the rope fields at 0 / nullptr
   p.q = a.q;
   p.k = a.k_cache;
@@ -506,54 +473,53 @@ cudaError_t launch_cluster(const AttnArgs& a, cudaStream_t stream) {
     const double* tab = rope::inv_freq_table(r.theta, D);
     for (int i = 0; i < D / 2; ++i) p.inv_freq[i] = tab[i];
   }
-  const prof::Scope timed(pdl_name(PdlKernel::kAttention), grid, dim3(32 * W), stream);
+  const prof::Scope timed(pdl_name(PdlKernel::kAttention), grid, dim3(32 * kWarps), stream);
   return cudaLaunchKernelEx(&launch.cfg, kernel, p);
 }
 
-struct ResidentOp {
-  int dev;
-  template <int D, int GP, int CTAS, int W>
-  int operator()() const {
-    return resident_clusters<D, GP, CTAS, W>(dev);
+template <int D, int CTAS>
+cudaError_t launch_cluster_d(const AttnArgs& a, int group, cudaStream_t stream) {
+  switch (group) {
+    case 1: return launch_cluster<D, 1, CTAS>(a, stream);
+    case 2: return launch_cluster<D, 2, CTAS>(a, stream);
+    case 4: return launch_cluster<D, 4, CTAS>(a, stream);
+    case 8: return launch_cluster<D, 8, CTAS>(a, stream);
+    default: return cudaErrorNotSupported;
   }
-};
-struct LaunchOp {
-  const AttnArgs& a;
-  cudaStream_t stream;
-  template <int D, int GP, int CTAS, int W>
-  cudaError_t operator()() const {
-    return launch_cluster<D, GP, CTAS, W>(a, stream);
-  }
-};
+}
+
+template <int CTAS>
+cudaError_t launch_cluster_ctas(const AttnArgs& a, int group, cudaStream_t stream) {
+  return a.head_dim == 128 ? launch_cluster_d<128, CTAS>(a, group, stream)
+                           : launch_cluster_d<64, CTAS>(a, group, stream);
+}
 
 }  // namespace
 
 bool cluster_decode_runs(const AttnArgs& a) {
   if (a.M != 1 || a.seqs || (a.head_dim != 64 && a.head_dim != 128)) return false;
-  if (a.n_kv_heads < 1 || a.n_heads % a.n_kv_heads) return false;
   const int group = a.n_heads / a.n_kv_heads;
   if (group != 1 && group != 2 && group != 4 && group != 8) return false;
-  const int warps = requested_warps(a);
-  if (warps == 0) return false;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
   // The kernel is sm_90 code, and its clusters of 8 must all fit at once.
-  return cc_major(dev) >= 9 && with_kernel<8>(a, warps, 0, ResidentOp{dev}) >= a.n_kv_heads;
+  return cc_major(dev) >= 9 && resident_clusters8(a, dev) >= a.n_kv_heads;
 }
 
 cudaError_t run_cluster_decode(const AttnArgs& a, cudaStream_t stream) {
-  const int ctas = requested_ctas(a), warps = requested_warps(a);
-  if (ctas == 0 || warps == 0) return cudaErrorInvalidValue;
+  const int ctas = requested_ctas(a);
+  if (ctas == 0) return cudaErrorInvalidValue;
   if (!cluster_decode_runs(a)) return cudaErrorNotSupported;
+  const int group = a.n_heads / a.n_kv_heads;
   if (ctas == 16) {
-    const cudaError_t e = with_kernel<16>(a, kWarps, cudaErrorNotSupported, LaunchOp{a, stream});
+    const cudaError_t e = launch_cluster_ctas<16>(a, group, stream);
     // Where 16-block clusters do not fit at once: 8, unless 16 was forced.
     if (e != cudaErrorNotSupported || a.cluster_ctas == 16) return e;
   }
-  return with_kernel<8>(a, warps, cudaErrorNotSupported, LaunchOp{a, stream});
+  return launch_cluster_ctas<8>(a, group, stream);
 }
 
 }  // namespace attn

@@ -346,12 +346,6 @@ struct AttnArgs {
   // at once); 0: $QSP_ATTN_CLUSTER_CTAS, else 8 (16 from there falls back to
   // 8 where it does not fit). Another value: cudaErrorInvalidValue.
   int32_t cluster_ctas = 0;
-  // The cluster kernel's warps a block: 8 or 16 (16 for GQA groups 1, 2
-  // and 4, whose registers fit 512 threads; group 8 runs 8); 0:
-  // $QSP_ATTN_CLUSTER_WARPS if it is 16, else 8. Another value:
-  // cudaErrorInvalidValue. The same cache rows a block either way: 16 warps
-  // walk half the keys each.
-  int32_t cluster_warps = 0;
   // The decode step's QK-norm / RoPE / KV write folded into this launch
   // (else nullptr): the qk_rope() arguments of the same step (M = 1, one
   // context; its caches, past, heads and head_dim this launch's). Only the

@@ -168,7 +168,7 @@ inline void check_attention(const AttnData& d, int past_at, const std::vector<ui
 // which only a device before sm_90 may do on its shapes (M = 1, group 1 / 2
 // / 4 / 8), or one that cannot hold a 16-block cluster a KV head at once.
 inline bool run_attention_case(const AttnCase& c, Rng& rng, kern::AttnPath path = kern::AttnPath::kAuto,
-                               bool with_scratch = true, int cluster_ctas = 0, int cluster_warps = 0) {
+                               bool with_scratch = true, int cluster_ctas = 0) {
   AttnData d(c, rng);
   AttnRig rig(c, with_scratch);
   rig.load(d);
@@ -178,7 +178,6 @@ inline bool run_attention_case(const AttnCase& c, Rng& rng, kern::AttnPath path 
   kern::AttnArgs a = rig.args();
   a.path = path;
   a.cluster_ctas = cluster_ctas;
-  a.cluster_warps = cluster_warps;
   const cudaError_t e = kern::attention(a, nullptr);
   if ((path == kern::AttnPath::kWgmma || path == kern::AttnPath::kWgmmaOne) && e == cudaErrorNotSupported) {
     CHECK((device_major() != 9 || c.head_dim != 128));  // Hopper must run it for head_dim 128

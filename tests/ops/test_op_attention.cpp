@@ -260,21 +260,11 @@ TEST_CASE("op attention: the decode step's cluster kernel", "[gpu][attention][de
       for (int past : {0, 1, 33, 600, 2048, 4095, 4096, 6143, 6144, 12400})
         ran16 = run_attention_case({D, hh.first, hh.second, 1, past, past + 1 + 37}, rng, kCluster, true, 16) && ran16;
   if (!ran16) std::printf("  note: 16-block clusters of 8 KV heads do not fit this GPU at once (8 blocks ran)\n");
-  // Blocks of 16 warps (AttnArgs::cluster_warps; groups 1, 2 and 4: 24 / 22
-  // rows a warp a round, so 3072 / 2816 keys a round; group 8 runs 8 warps):
-  // one key to three rounds.
-  for (int D : {64, 128})
-    for (const auto& hh : {std::make_pair(8, 8), std::make_pair(16, 8), std::make_pair(32, 8), std::make_pair(64, 8)})
-      for (int past : {0, 1, 5, 15, 16, 700, 2047, 2048, 2815, 2816, 3071, 3072, 6000, 8500})
-        CHECK(run_attention_case({D, hh.first, hh.second, 1, past, past + 1 + 37}, rng, kCluster, true, 8, 16));
   {
     AttnRig rig(AttnCase{128, 32, 8, 1, 10, 40}, true);
     kern::AttnArgs a = rig.args();
     a.path = kCluster;
     a.cluster_ctas = 12;  // neither 8 nor 16
-    CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
-    a.cluster_ctas = 0;
-    a.cluster_warps = 12;  // neither 8 nor 16
     CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
   }
 
@@ -293,11 +283,9 @@ TEST_CASE("op attention: the decode step's cluster kernel", "[gpu][attention][de
     DevBuf d_qkv(qkv.size() * 4);
     d_qkv.upload(qkv);
     std::vector<uint16_t> ref, first;
-    std::vector<uint16_t> first16;
-    for (int trial = 0; trial < 6; ++trial) {
+    for (int trial = 0; trial < 4; ++trial) {
       kern::AttnArgs a = rig.args();
       a.path = trial == 0 ? kMma : kCluster;
-      a.cluster_warps = trial >= 4 ? 16 : 8;  // trials 4-5: blocks of 16 warps (group 8: 8)
       const std::vector<uint16_t> out = rope_then_attention(rig, d, d_qkv, ld, a, stream);
       if (trial == 0) {
         ref = out;
@@ -309,11 +297,10 @@ TEST_CASE("op attention: the decode step's cluster kernel", "[gpu][attention][de
       INFO("relative L2 against mma.sync " << err.value() << ", max abs " << err.max_abs);
       CHECK(err.value() < 2e-3);
       CHECK(err.max_abs < 2e-2);
-      std::vector<uint16_t>& same = trial >= 4 ? first16 : first;
-      if (same.empty())
-        same = out;
+      if (trial == 1)
+        first = out;
       else
-        CHECK(out == same);
+        CHECK(out == first);
     }
   }
 
