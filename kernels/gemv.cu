@@ -445,14 +445,20 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32) stage_i8_kernel(const KA
 // kWarps: the most warps a block runs. 8 (three blocks an SM, <= 80
 // registers) everywhere, or 16 (two blocks an SM, <= 64 registers) for the
 // matrices of few tiles and many groups (KArgs::i8_wide, i8_wide_ok).
-template <WFormat F, Epilogue EP, bool kNormIn, bool kPre, int kWarps = gemv::kMaxWarps>
-__global__ void __launch_bounds__(kWarps * 32, kWarps == gemv::kMaxWarps ? 3 : 2) gemv_i8_kernel(const KArgs a) {
+//
+// kDualU: the chunks of gate and of up a warp has in flight at once (kSwiGLU;
+// 2, or 4: a whole group, KArgs::i8_dual4).
+// Its grids are small (K <= 2048: the 0.6B's 192 tiles of gate | up), so
+// it may take the registers of two blocks an SM.
+template <WFormat F, Epilogue EP, bool kNormIn, bool kPre, int kWarps = gemv::kMaxWarps, int kDualU = 2>
+__global__ void __launch_bounds__(kWarps * 32, kWarps == gemv::kMaxWarps && kDualU == 2 ? 3 : 2)
+    gemv_i8_kernel(const KArgs a) {
   static_assert(!(kNormIn && kPre), "the stage kernel forms the norm");
   using T = WTraits<F>;
   using I = i8::I8<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int NM = kDual ? 2 : 1;
-  constexpr int U = kDual ? 2 : 4;  // chunks whose weights are in flight at once
+  constexpr int U = kDual ? kDualU : 4;  // chunks whose weights are in flight at once
   __shared__ float red[kWarps][NM][8][gemv::kRedLd];
   __shared__ __align__(16) uint32_t stage[kWarps][i8::kGroupWords];
 
@@ -716,6 +722,13 @@ cudaError_t launch_i8(const KArgs& a, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
     return launch_pdl(family, gemv_i8_kernel<F, EP, false, true>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
                       0, stream, a);
+  }
+  if constexpr (EP == Epilogue::kSwiGLU) {
+    // A warp of at most one group: all its chunks of gate and up in flight
+    // before the wait (KArgs::i8_dual4).
+    if (a.i8_dual4 && groups <= gemv::kMaxWarps)
+      return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn, false, gemv::kMaxWarps, 4>, dim3(unsigned(a.tiles)),
+                        dim3(unsigned(kw * 32)), 0, stream, a);
   }
   return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn, false>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
                     0, stream, a);

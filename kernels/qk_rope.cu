@@ -43,6 +43,12 @@ constexpr int kWideVecs = 4;
 struct RopeParams {
   const float* qkv;
   int ld, M;
+  // The token's position and angles before pdl_wait (QSP_ROPE_EARLY, on
+  // unless "0"): past and a batched pass's pieces are set before the pass
+  // begins (the attention's prefetch reads them early too, kernels/pdl.h),
+  // so the angles' double-precision reduction and sincosf overlap the QKV
+  // GEMV's tail instead of following it.
+  int early;
   rope::Out o;
   double inv_freq[kMaxHeadDim / 2];
 };
@@ -51,16 +57,22 @@ struct RopeParams {
 // decode steps), the token's angles first.
 template <int D, int kStyle, bool kVecLoad, bool kBatch>
 __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p) {
-  pdl_wait();  // kernels/pdl.h
-  pdl_launch_dependents();
   constexpr int E = D / 32;  // elements per lane
   __shared__ float s_cos[D / 2], s_sin[D / 2];
 
   const int m = int(blockIdx.x);
   int pos, max_seq;
   __half *k_cache, *v_cache;
-  rope::token_target<D, kBatch>(p.o, m, pos, max_seq, k_cache, v_cache);
-  rope::angles<D>(pos, p.inv_freq, s_cos, s_sin, int(threadIdx.x), kWarps * 32);
+  if (p.early) {
+    rope::token_target<D, kBatch>(p.o, m, pos, max_seq, k_cache, v_cache);
+    rope::angles<D>(pos, p.inv_freq, s_cos, s_sin, int(threadIdx.x), kWarps * 32);
+  }
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
+  if (!p.early) {
+    rope::token_target<D, kBatch>(p.o, m, pos, max_seq, k_cache, v_cache);
+    rope::angles<D>(pos, p.inv_freq, s_cos, s_sin, int(threadIdx.x), kWarps * 32);
+  }
   __syncthreads();
 
   const int lane = int(threadIdx.x) & 31;
@@ -78,8 +90,6 @@ __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p
 // consecutive vectors), all loaded before the token's angles are made.
 template <int D, int kStyle, bool kVecLoad, bool kBatch>
 __global__ void __launch_bounds__(kWarps * 32) qk_rope_wide_kernel(const RopeParams p) {
-  pdl_wait();  // kernels/pdl.h
-  pdl_launch_dependents();
   constexpr int E = D / 32;  // elements per lane
   __shared__ float s_cos[D / 2], s_sin[D / 2];
 
@@ -87,6 +97,9 @@ __global__ void __launch_bounds__(kWarps * 32) qk_rope_wide_kernel(const RopePar
   int pos, max_seq;
   __half *k_cache, *v_cache;
   rope::token_target<D, kBatch>(p.o, m, pos, max_seq, k_cache, v_cache);
+  if (p.early) rope::angles<D>(pos, p.inv_freq, s_cos, s_sin, int(threadIdx.x), kWarps * 32);
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
   const int lane = int(threadIdx.x) & 31;
   const int n_vec = p.o.n_heads + 2 * p.o.n_kv_heads;
   const auto vec_of = [&](int j) { return (int(blockIdx.y) * kWideVecs + j) * kWarps + int(threadIdx.x >> 5); };
@@ -96,7 +109,7 @@ __global__ void __launch_bounds__(kWarps * 32) qk_rope_wide_kernel(const RopePar
 #pragma unroll
   for (int j = 0; j < kWideVecs; ++j)
     if (vec_of(j) < n_vec) rope::load<E, kVecLoad>(x[j], row + size_t(vec_of(j)) * D);
-  rope::angles<D>(pos, p.inv_freq, s_cos, s_sin, int(threadIdx.x), kWarps * 32);
+  if (!p.early) rope::angles<D>(pos, p.inv_freq, s_cos, s_sin, int(threadIdx.x), kWarps * 32);
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < kWideVecs; ++j)
@@ -153,6 +166,8 @@ RopeParams params(const QkRopeArgs& a) {
   p.ld = a.ld;
   p.M = a.M;
   p.o = rope::make_out(a);
+  static const bool early = env_default_on("QSP_ROPE_EARLY");
+  p.early = early ? 1 : 0;
   const double* tab = rope::inv_freq_table(a.theta, a.head_dim);
   for (int i = 0; i < a.head_dim / 2; ++i) p.inv_freq[i] = tab[i];
   for (int i = a.head_dim / 2; i < kMaxHeadDim / 2; ++i) p.inv_freq[i] = 0.0;
