@@ -119,14 +119,14 @@ enum class Switch {
   kGemvI8Stage,
   kWgmmaLoneTail,
   kGemvI8Wide,
-  kGemvI8Dual4
+  kGemvResidEarly
 };
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
                             env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
                             env_default_on("QSP_WGMMA_LONE_TAIL"), env_default_on("QSP_GEMV_I8_WIDE"),
-                            env_on("QSP_GEMV_I8_DUAL4")};
+                            env_default_on("QSP_GEMV_RESID_EARLY")};
   return on[int(s)];
 }
 
@@ -428,7 +428,7 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     case GemvI8Wide::kOn: a.i8_wide = 2; break;
     default: return cudaErrorInvalidValue;
   }
-  a.i8_dual4 = switch_on(Switch::kGemvI8Dual4) ? 1 : 0;
+  a.resid_early = switch_on(Switch::kGemvResidEarly) ? 1 : 0;
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;
   a.o.ldo = g.ldo;

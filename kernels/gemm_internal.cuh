@@ -38,7 +38,7 @@ struct KArgs {
   int32_t i8;       // the integer GEMV (M = 1; GemmArgs::gemv_i8)
   uint32_t* i8s;    // i8: its activations formed once into this (GemmArgs::i8_stage), or null
   int32_t i8_wide;  // i8: up to 16 warps a block; 1: where the tiles are few, 2: wherever it runs (GemvI8Wide)
-  int32_t i8_dual4;  // i8, kSwiGLU, K <= 2048: a warp's whole group of gate and up in flight ($QSP_GEMV_I8_DUAL4)
+  int32_t resid_early;  // kAddF32 GEMV: the residual loaded before pdl_wait ($QSP_GEMV_RESID_EARLY; gemv::early_resid)
 };
 
 // ---- Tile configurations of the mma.sync kernel --------------------------------------------

@@ -273,12 +273,38 @@ __device__ __forceinline__ void store_one(const KArgs& a, size_t i, float s0, fl
   if (EP == Epilogue::kAddF32) a.o.out_f[i] += s0;
 }
 
+// kAddF32: the residual that output e = threadIdx.x of reduce_store's loop
+// adds to, loaded at the kernel's start, before pdl_wait, so that its L2
+// round trip is not the epilogue's. Allowed although a kernel of the pass
+// wrote it (kernels/pdl.h): in the decode step its last writer is at least
+// two launches back (the down GEMV before Q | K | V, qk_rope and the
+// attention, for O; O before gate | up, for down), so it completed before
+// this grid was launched: its predecessor launches its dependents only
+// after its own wait. Read from L2 (ld.global.cg): no L1 line of an older
+// value can answer. Other outputs of the thread (M > 8) load in the epilogue.
+struct Resid {
+  float v = 0.0f;
+};
+template <Epilogue EP, int MT>
+__device__ __forceinline__ Resid early_resid(const KArgs& a, int tile) {
+  Resid r;
+  if constexpr (EP == Epilogue::kAddF32) {
+    const int e = threadIdx.x, m = e / 16, n = tile * 16 + e % 16;
+    if (a.resid_early && e < MT * 8 * 16 && m < a.o.M && n < a.o.N)
+      asm volatile("ld.global.cg.f32 %0, [%1];\n"
+                   : "=f"(r.v)
+                   : "l"(a.o.out_f + size_t(m) * size_t(a.o.ldo) + size_t(n)));
+  }
+  return r;
+}
+
 // The warps' partial sums of tile `tile` through shared memory (red:
-// [kMaxWarps][NM][MT * 8][kRedLd] floats), then the epilogue of each output.
+// [kMaxWarps][NM][MT * 8][kRedLd] floats), then the epilogue of each output
+// (kAddF32: the first one's residual from early_resid).
 // Called by every thread of the block.
 template <Epilogue EP, int NM, int MT>
 __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], const float (&acc)[NM][MT][4],
-                                             const KArgs& a, int tile) {
+                                             const KArgs& a, int tile, Resid resid) {
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -299,7 +325,11 @@ __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], c
       s0 += red[w][0][m][nl];
       if (kDual) s1 += red[w][NM - 1][m][nl];
     }
-    store_one<EP>(a, size_t(m) * size_t(a.o.ldo) + size_t(n), s0, s1);
+    const size_t i = size_t(m) * size_t(a.o.ldo) + size_t(n);
+    if (EP == Epilogue::kAddF32 && a.resid_early && e == int(threadIdx.x))
+      a.o.out_f[i] = resid.v + s0;
+    else
+      store_one<EP>(a, i, s0, s1);
   }
 }
 
@@ -445,20 +475,14 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32) stage_i8_kernel(const KA
 // kWarps: the most warps a block runs. 8 (three blocks an SM, <= 80
 // registers) everywhere, or 16 (two blocks an SM, <= 64 registers) for the
 // matrices of few tiles and many groups (KArgs::i8_wide, i8_wide_ok).
-//
-// kDualU: the chunks of gate and of up a warp has in flight at once (kSwiGLU;
-// 2, or 4: a whole group, KArgs::i8_dual4).
-// Its grids are small (K <= 2048: the 0.6B's 192 tiles of gate | up), so
-// it may take the registers of two blocks an SM.
-template <WFormat F, Epilogue EP, bool kNormIn, bool kPre, int kWarps = gemv::kMaxWarps, int kDualU = 2>
-__global__ void __launch_bounds__(kWarps * 32, kWarps == gemv::kMaxWarps && kDualU == 2 ? 3 : 2)
-    gemv_i8_kernel(const KArgs a) {
+template <WFormat F, Epilogue EP, bool kNormIn, bool kPre, int kWarps = gemv::kMaxWarps>
+__global__ void __launch_bounds__(kWarps * 32, kWarps == gemv::kMaxWarps ? 3 : 2) gemv_i8_kernel(const KArgs a) {
   static_assert(!(kNormIn && kPre), "the stage kernel forms the norm");
   using T = WTraits<F>;
   using I = i8::I8<F>;
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   constexpr int NM = kDual ? 2 : 1;
-  constexpr int U = kDual ? kDualU : 4;  // chunks whose weights are in flight at once
+  constexpr int U = kDual ? 2 : 4;  // chunks whose weights are in flight at once
   __shared__ float red[kWarps][NM][8][gemv::kRedLd];
   __shared__ __align__(16) uint32_t stage[kWarps][i8::kGroupWords];
 
@@ -474,6 +498,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == gemv::kMaxWarps && kDua
   float out[NM][2] = {};
   float nscale = 0.0f;
   bool first = true;
+  const gemv::Resid resid = gemv::early_resid<EP, 1>(a, tile);
   const int groups = (a.KC + 3) / 4;
   for (int j = warp; j < groups; j += kw) {
     typename I::Acc acc[NM] = {};
@@ -557,7 +582,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == gemv::kMaxWarps && kDua
       accs[w][0][2 * p + 1] = 0.0f;
     }
   }
-  gemv::reduce_store<EP, NM, 1>(red, accs, a, tile);
+  gemv::reduce_store<EP, NM, 1>(red, accs, a, tile, resid);
 }
 
 // grid = (tiles); block = 32 * kw threads, kw <= MaxW warps that split the
@@ -584,6 +609,7 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, MT == 1 ? 3 : 2) gemv_ke
   float acc[NM][MT][4];
   gemv::zero(acc);
   const WLoc loc = gemv::tile_loc<kDual>(a, tile);
+  const gemv::Resid resid = gemv::early_resid<EP, MT>(a, tile);
 
   for (int c0 = warp; c0 < a.KC; c0 += kw * U) {
     typename T::Raw raw[U][NM];
@@ -637,7 +663,7 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, MT == 1 ? 3 : 2) gemv_ke
   }
 
   pdl_wait();  // a warp with no chunk (kw <= KC / U: none today) still waits before the epilogue
-  gemv::reduce_store<EP, NM, MT>(red, acc, a, tile);
+  gemv::reduce_store<EP, NM, MT>(red, acc, a, tile, resid);
 }
 
 // Registers counted per chunk of each of the two matrices of the SwiGLU
@@ -722,13 +748,6 @@ cudaError_t launch_i8(const KArgs& a, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
     return launch_pdl(family, gemv_i8_kernel<F, EP, false, true>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
                       0, stream, a);
-  }
-  if constexpr (EP == Epilogue::kSwiGLU) {
-    // A warp of at most one group: all its chunks of gate and up in flight
-    // before the wait (KArgs::i8_dual4).
-    if (a.i8_dual4 && groups <= gemv::kMaxWarps)
-      return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn, false, gemv::kMaxWarps, 4>, dim3(unsigned(a.tiles)),
-                        dim3(unsigned(kw * 32)), 0, stream, a);
   }
   return launch_pdl(family, gemv_i8_kernel<F, EP, kNormIn, false>, dim3(unsigned(a.tiles)), dim3(unsigned(kw * 32)),
                     0, stream, a);
