@@ -110,6 +110,10 @@ void cluster_waves(int dev, int sms, int (&wave)[4]) {
 //                  (GemvI8Wide::kAuto; kernels/gemv.cu, i8_wide_ok). H100, twenty-eighth
 //                  session: the 8B down GEMV (4096 x 12288) Q4_0 1937 -> 2153 GB/s, Q4_K
 //                  +7.8%; the 8B Q4_0 step 2.413 -> 2.358 ms (-2.3%); the 0.6B equal
+//  - kGemvResidEarly $QSP_GEMV_RESID_EARLY (on unless "0"): the GEMV's kAddF32 epilogue
+//                  loads its residual before pdl_wait (KArgs::resid_early,
+//                  gemv::early_resid; kernels/pdl.h's rule), so that round trip is not
+//                  at the kernel's end (bench/RESULTS.md, thirty-first session)
 enum class Switch {
   kWgmmaTmaW,
   kWgmmaHybrid,

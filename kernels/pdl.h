@@ -13,11 +13,15 @@
 // and waiting when the one before it drains: at 128-512 tokens a layer's ~10
 // kernels are a few microseconds each. The rule each of them keeps:
 //   - before pdl_wait(): read only memory no kernel of the forward pass
-//     writes (weights, the model's constants), write nothing; one
-//     exception (AttnArgs::prefetch, on by default): the attention copies the
-//     cache rows of keys below past, which the kernel before it (qk_rope,
-//     writing keys past..) does not touch and every earlier one has
-//     finished with (the next rule);
+//     writes before this kernel ends (weights, the model's constants, what
+//     the host copied in before the pass: a batched pass's pieces; past,
+//     which only the pass's last kernel advances), write nothing; exceptions,
+//     memory whose last writer is two or more launches back, which has
+//     finished with it (the rules below; read from L2, never ld.global.nc):
+//     the attention's copies of the cache rows of keys below past
+//     (AttnArgs::prefetch; qk_rope, the launch before, writes keys past..),
+//     and the GEMV's residual in a kAddF32 epilogue (gemv::early_resid: the
+//     O and down projections, whose launch before writes other buffers);
 //   - pdl_wait() on every path before the first other global access;
 //   - pdl_launch_dependents() only after its own pdl_wait(), so at most one
 //     grid runs ahead of the one still computing (no chain of grids resident
