@@ -114,6 +114,9 @@ void cluster_waves(int dev, int sms, int (&wave)[4]) {
 //                  loads its residual before pdl_wait (KArgs::resid_early,
 //                  gemv::early_resid; kernels/pdl.h's rule), so that round trip is not
 //                  at the kernel's end (bench/RESULTS.md, thirty-first session)
+//  - kGemvNormWEarly $QSP_GEMV_NORMW_EARLY (on unless "0"): the integer GEMV that forms its
+//                  input's RMSNorm loads a warp's first norm weights before pdl_wait
+//                  (KArgs::normw_early, gemv::load_norm_w)
 enum class Switch {
   kWgmmaTmaW,
   kWgmmaHybrid,
@@ -123,14 +126,15 @@ enum class Switch {
   kGemvI8Stage,
   kWgmmaLoneTail,
   kGemvI8Wide,
-  kGemvResidEarly
+  kGemvResidEarly,
+  kGemvNormWEarly
 };
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
                             env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
                             env_default_on("QSP_WGMMA_LONE_TAIL"), env_default_on("QSP_GEMV_I8_WIDE"),
-                            env_default_on("QSP_GEMV_RESID_EARLY")};
+                            env_default_on("QSP_GEMV_RESID_EARLY"), env_default_on("QSP_GEMV_NORMW_EARLY")};
   return on[int(s)];
 }
 
@@ -433,6 +437,7 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     default: return cudaErrorInvalidValue;
   }
   a.resid_early = switch_on(Switch::kGemvResidEarly) ? 1 : 0;
+  a.normw_early = switch_on(Switch::kGemvNormWEarly) ? 1 : 0;
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;
   a.o.ldo = g.ldo;
