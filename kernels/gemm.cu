@@ -110,13 +110,14 @@ void cluster_waves(int dev, int sms, int (&wave)[4]) {
 //                  (GemvI8Wide::kAuto; kernels/gemv.cu, i8_wide_ok). H100, twenty-eighth
 //                  session: the 8B down GEMV (4096 x 12288) Q4_0 1937 -> 2153 GB/s, Q4_K
 //                  +7.8%; the 8B Q4_0 step 2.413 -> 2.358 ms (-2.3%); the 0.6B equal
-//  - kGemvResidEarly $QSP_GEMV_RESID_EARLY (on unless "0"): the GEMV's kAddF32 epilogue
-//                  loads its residual before pdl_wait (KArgs::resid_early,
-//                  gemv::early_resid; kernels/pdl.h's rule), so that round trip is not
-//                  at the kernel's end (bench/RESULTS.md, thirty-first session)
-//  - kGemvNormWEarly $QSP_GEMV_NORMW_EARLY (on unless "0"): the integer GEMV that forms its
-//                  input's RMSNorm loads a warp's first norm weights before pdl_wait
-//                  (KArgs::normw_early, gemv::load_norm_w)
+//  - kGemvResidEarly $QSP_GEMV_RESID_EARLY (off unless set: not yet run on a GPU): the
+//                  GEMV's kAddF32 epilogue loads its residual before pdl_wait
+//                  (KArgs::resid_early, gemv::early_resid; kernels/pdl.h's rule), so that
+//                  round trip is not at the kernel's end (bench/RESULTS.md, thirty-first
+//                  session)
+//  - kGemvNormWEarly $QSP_GEMV_NORMW_EARLY (off unless set: not yet run on a GPU): the
+//                  integer GEMV that forms its input's RMSNorm loads a warp's first norm
+//                  weights before pdl_wait (KArgs::normw_early, gemv::load_norm_w)
 enum class Switch {
   kWgmmaTmaW,
   kWgmmaHybrid,
@@ -134,7 +135,7 @@ bool switch_on(Switch s) {
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
                             env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
                             env_default_on("QSP_WGMMA_LONE_TAIL"), env_default_on("QSP_GEMV_I8_WIDE"),
-                            env_default_on("QSP_GEMV_RESID_EARLY"), env_default_on("QSP_GEMV_NORMW_EARLY")};
+                            env_on("QSP_GEMV_RESID_EARLY"), env_on("QSP_GEMV_NORMW_EARLY")};
   return on[int(s)];
 }
 
