@@ -228,6 +228,57 @@ TEST_CASE("op attention: cache tiles copied before qk_rope's end give the same b
   cudaStreamDestroy(stream);
 }
 
+// AttnArgs::combine: the split-KV merge after the mma.sync kernel issues
+// its lse and partial loads in one round, the splits that hold keys bounded
+// from past before its wait. The same sums in the same order: the bits of
+// the loop (which reads the lse first), under PDL after qk_rope as in a
+// decode pass, with the scratch poisoned (a (row, split) with no keys
+// leaves its partial unwritten: it must be skipped, never multiplied by 0),
+// on decode steps from one key to a long cache and on short chunks whose
+// rows see different splits, trial after trial.
+TEST_CASE("op attention: the split-KV merge's loads in one round give the same bits", "[gpu][attention][decode]") {
+  QSP_REQUIRE_GPU();
+  const AttnCase cases[] = {
+      {128, 32, 8, 1, 0, 40},       {128, 32, 8, 1, 31, 80},      {128, 32, 8, 1, 2048, 2065},
+      {128, 32, 8, 1, 4096, 4200},  {128, 16, 8, 1, 3000, 4100},  {64, 16, 4, 1, 700, 800},
+      {128, 8, 1, 1, 700, 800},     {128, 32, 8, 3, 500, 600},    {128, 32, 8, 17, 65, 200},
+      {128, 32, 8, 100, 1000, 1200}, {64, 32, 8, 5, 7000, 8200},
+  };
+  Rng rng(6161);
+  cudaStream_t stream = nullptr;
+  CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const AttnCase& c : cases) {
+    INFO(describe(c));
+    const AttnData d(c, rng);
+    AttnRig rig(c, true);
+    const int D = c.head_dim, Q = c.n_heads * D, KV = c.n_kv_heads * D, ld = Q + 2 * KV;
+    std::vector<float> qkv(size_t(c.M) * ld);
+    for (float& x : qkv) x = rng.normal();
+    DevBuf d_qkv(qkv.size() * 4);
+    d_qkv.upload(qkv);
+    std::vector<uint16_t> want;
+    for (int trial = 0; trial < 4; ++trial) {
+      kern::AttnArgs a = rig.args();
+      a.path = kMma;
+      a.combine = trial == 0 ? kern::AttnCombine::kOff : kern::AttnCombine::kOn;
+      const std::vector<uint16_t> out = rope_then_attention(rig, d, d_qkv, ld, a, stream);
+      if (trial == 0) {
+        want = out;
+      } else {
+        INFO("trial " << trial);
+        CHECK(out == want);
+      }
+    }
+  }
+  // An out-of-range value is refused.
+  AttnRig rig(AttnCase{128, 8, 4, 4, 0, 16}, true);
+  kern::AttnArgs a = rig.args();
+  a.combine = static_cast<kern::AttnCombine>(5);
+  CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
+  CUDA_REQUIRE(cudaGetLastError());
+  cudaStreamDestroy(stream);
+}
+
 // AttnPath::kCluster (kernels/attention_decode.cu): the decode step's
 // split-KV merged inside one launch by a cluster of 8 blocks a KV head.
 // Against the CPU op on GQA groups 1, 2, 4, 8, head_dim 64 / 128, from one
