@@ -21,7 +21,6 @@ namespace {
 // split's row over kLanesPerSplit threads as float4s) and the loads are
 // unrolled, so a row costs a few dependent global round trips rather than
 // one per split.
-
 //
 // CombineBound (one round, AttnArgs::combine): the splits that can hold keys
 // are known before the wait from past, as the flash kernel splits them (per

@@ -333,11 +333,6 @@ __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], c
   }
 }
 
-// The integer GEMV (kernels/gemv_i8.cuh): stages 256-column group j of the
-// (M = 1) input into this warp's words `st` (i8::kGroupWords: the words and
-// the step sums, the warp's after a __syncwarp) and returns its scale sx. The
-// input is x (the previous kernel's fp16 output) or, kNormIn, the RMSNorm of
-// a.xin with 1 / rms `nscale`, rounded to fp16 as norm_prologue does.
 // kNormIn: the norm weights of the lane's columns of group j (NormW), loaded
 // before pdl_wait for a warp's first group (the model's constants: no
 // kernel writes them), so that they are not a second L2 round trip after
@@ -353,6 +348,11 @@ __device__ __forceinline__ void load_norm_w(const KArgs& a, int j, const i8::Sta
   }
 }
 
+// The integer GEMV (kernels/gemv_i8.cuh): stages 256-column group j of the
+// (M = 1) input into this warp's words `st` (i8::kGroupWords: the words and
+// the step sums, the warp's after a __syncwarp) and returns its scale sx. The
+// input is x (the previous kernel's fp16 output) or, kNormIn, the RMSNorm of
+// a.xin with 1 / rms `nscale`, rounded to fp16 as norm_prologue does.
 template <class I, bool kNormIn>
 __device__ __forceinline__ float stage_i8(const KArgs& a, int j, float nscale, const i8::StageLane& sl, uint32_t* st,
                                           const NormW* pre = nullptr) {
