@@ -39,6 +39,40 @@ std::vector<uint16_t> rope_then_attention(AttnRig& rig, const AttnData& d, const
   return out;
 }
 
+// The mma.sync kernel's output for each case under PDL after qk_rope
+// (rope_then_attention) with set(a, false) in trial 0, then set(a, true)
+// in trials 1-3: the same bits every time.
+template <class Set>
+void check_same_bits(const std::vector<AttnCase>& cases, uint64_t seed, Set set) {
+  Rng rng(seed);
+  cudaStream_t stream = nullptr;
+  CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (const AttnCase& c : cases) {
+    INFO(describe(c));
+    const AttnData d(c, rng);
+    AttnRig rig(c, true);
+    const int D = c.head_dim, Q = c.n_heads * D, KV = c.n_kv_heads * D, ld = Q + 2 * KV;
+    std::vector<float> qkv(size_t(c.M) * ld);
+    for (float& x : qkv) x = rng.normal();
+    DevBuf d_qkv(qkv.size() * 4);
+    d_qkv.upload(qkv);
+    std::vector<uint16_t> want;
+    for (int trial = 0; trial < 4; ++trial) {
+      kern::AttnArgs a = rig.args();
+      a.path = kMma;
+      set(a, trial > 0);
+      const std::vector<uint16_t> out = rope_then_attention(rig, d, d_qkv, ld, a, stream);
+      if (trial == 0) {
+        want = out;
+      } else {
+        INFO("trial " << trial);
+        CHECK(out == want);
+      }
+    }
+  }
+  cudaStreamDestroy(stream);
+}
+
 // One decode-step attention (path) captured once in a CUDA graph over a
 // cache of 3000 slots filled to its end, replayed at each of `positions`
 // (-1: the last slot): the CPU op's rows every time.
@@ -187,45 +221,25 @@ TEST_CASE("op attention: decode step captured once in a CUDA graph is right at e
 // across and at past, for decode steps and chunks, trial after trial.
 TEST_CASE("op attention: cache tiles copied before qk_rope's end give the same bits", "[gpu][attention][decode]") {
   QSP_REQUIRE_GPU();
-  const AttnCase cases[] = {
-      {128, 32, 8, 1, 0, 40},      {128, 32, 8, 1, 31, 80},     {128, 32, 8, 1, 32, 100},
-      {128, 32, 8, 1, 64, 2065},   {128, 32, 8, 1, 2047, 2065}, {128, 16, 8, 1, 3000, 4100},
-      {64, 16, 4, 1, 700, 800},    {128, 32, 8, 3, 500, 600},   {128, 32, 8, 17, 65, 200},
-      {128, 32, 8, 100, 1000, 1200},
-  };
-  Rng rng(6061);
-  cudaStream_t stream = nullptr;
-  CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  for (const AttnCase& c : cases) {
-    INFO(describe(c));
-    const AttnData d(c, rng);
-    AttnRig rig(c, true);
-    const int D = c.head_dim, Q = c.n_heads * D, KV = c.n_kv_heads * D, ld = Q + 2 * KV;
-    std::vector<float> qkv(size_t(c.M) * ld);
-    for (float& x : qkv) x = rng.normal();
-    DevBuf d_qkv(qkv.size() * 4);
-    d_qkv.upload(qkv);
-    std::vector<uint16_t> want;
-    for (int trial = 0; trial < 4; ++trial) {
-      kern::AttnArgs a = rig.args();
-      a.path = kMma;
-      a.prefetch = trial == 0 ? kern::AttnPrefetch::kOff : kern::AttnPrefetch::kOn;
-      const std::vector<uint16_t> out = rope_then_attention(rig, d, d_qkv, ld, a, stream);
-      if (trial == 0) {
-        want = out;
-      } else {
-        INFO("trial " << trial);
-        CHECK(out == want);
-      }
-    }
-  }
+  check_same_bits({{128, 32, 8, 1, 0, 40},
+                   {128, 32, 8, 1, 31, 80},
+                   {128, 32, 8, 1, 32, 100},
+                   {128, 32, 8, 1, 64, 2065},
+                   {128, 32, 8, 1, 2047, 2065},
+                   {128, 16, 8, 1, 3000, 4100},
+                   {64, 16, 4, 1, 700, 800},
+                   {128, 32, 8, 3, 500, 600},
+                   {128, 32, 8, 17, 65, 200},
+                   {128, 32, 8, 100, 1000, 1200}},
+                  6061, [](kern::AttnArgs& a, bool on) {
+                    a.prefetch = on ? kern::AttnPrefetch::kOn : kern::AttnPrefetch::kOff;
+                  });
   // An out-of-range value is refused.
   AttnRig rig(AttnCase{128, 8, 4, 4, 0, 16}, true);
   kern::AttnArgs a = rig.args();
   a.prefetch = static_cast<kern::AttnPrefetch>(5);
   CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
   CUDA_REQUIRE(cudaGetLastError());
-  cudaStreamDestroy(stream);
 }
 
 // AttnArgs::combine: the split-KV merge after the mma.sync kernel issues
@@ -238,45 +252,26 @@ TEST_CASE("op attention: cache tiles copied before qk_rope's end give the same b
 // rows see different splits, trial after trial.
 TEST_CASE("op attention: the split-KV merge's loads in one round give the same bits", "[gpu][attention][decode]") {
   QSP_REQUIRE_GPU();
-  const AttnCase cases[] = {
-      {128, 32, 8, 1, 0, 40},       {128, 32, 8, 1, 31, 80},      {128, 32, 8, 1, 2048, 2065},
-      {128, 32, 8, 1, 4096, 4200},  {128, 16, 8, 1, 3000, 4100},  {64, 16, 4, 1, 700, 800},
-      {128, 8, 1, 1, 700, 800},     {128, 32, 8, 3, 500, 600},    {128, 32, 8, 17, 65, 200},
-      {128, 32, 8, 100, 1000, 1200}, {64, 32, 8, 5, 7000, 8200},
-  };
-  Rng rng(6161);
-  cudaStream_t stream = nullptr;
-  CUDA_REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  for (const AttnCase& c : cases) {
-    INFO(describe(c));
-    const AttnData d(c, rng);
-    AttnRig rig(c, true);
-    const int D = c.head_dim, Q = c.n_heads * D, KV = c.n_kv_heads * D, ld = Q + 2 * KV;
-    std::vector<float> qkv(size_t(c.M) * ld);
-    for (float& x : qkv) x = rng.normal();
-    DevBuf d_qkv(qkv.size() * 4);
-    d_qkv.upload(qkv);
-    std::vector<uint16_t> want;
-    for (int trial = 0; trial < 4; ++trial) {
-      kern::AttnArgs a = rig.args();
-      a.path = kMma;
-      a.combine = trial == 0 ? kern::AttnCombine::kOff : kern::AttnCombine::kOn;
-      const std::vector<uint16_t> out = rope_then_attention(rig, d, d_qkv, ld, a, stream);
-      if (trial == 0) {
-        want = out;
-      } else {
-        INFO("trial " << trial);
-        CHECK(out == want);
-      }
-    }
-  }
+  check_same_bits({{128, 32, 8, 1, 0, 40},
+                   {128, 32, 8, 1, 31, 80},
+                   {128, 32, 8, 1, 2048, 2065},
+                   {128, 32, 8, 1, 4096, 4200},
+                   {128, 16, 8, 1, 3000, 4100},
+                   {64, 16, 4, 1, 700, 800},
+                   {128, 8, 1, 1, 700, 800},
+                   {128, 32, 8, 3, 500, 600},
+                   {128, 32, 8, 17, 65, 200},
+                   {128, 32, 8, 100, 1000, 1200},
+                   {64, 32, 8, 5, 7000, 8200}},
+                  6161, [](kern::AttnArgs& a, bool on) {
+                    a.combine = on ? kern::AttnCombine::kOn : kern::AttnCombine::kOff;
+                  });
   // An out-of-range value is refused.
   AttnRig rig(AttnCase{128, 8, 4, 4, 0, 16}, true);
   kern::AttnArgs a = rig.args();
   a.combine = static_cast<kern::AttnCombine>(5);
   CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
   CUDA_REQUIRE(cudaGetLastError());
-  cudaStreamDestroy(stream);
 }
 
 // AttnPath::kCluster (kernels/attention_decode.cu): the decode step's
