@@ -21,58 +21,27 @@ namespace {
 // split's row over kLanesPerSplit threads as float4s) and the loads are
 // unrolled, so a row costs a few dependent global round trips rather than
 // one per split.
-//
-// CombineBound (one round, AttnArgs::combine): the splits that can hold keys
-// are known before the wait from past, as the flash kernel splits them (per
-// = ceil(kv_len / n_splits) keys rounded up to its tile, so splits past
-// ceil(kv_len / chunk) are empty for every row), so each thread issues the
-// lse and all its splits' partial rows at once, one L2 round trip after the
-// wait instead of one for the lse and one per four splits after it. Partials
-// of an empty (row, split) are never written (the scratch may hold
-// anything): their weight is 0 and they are skipped, not multiplied. The
-// same sums in the same order: the same bits as the loop.
+
 template <int D>
 __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const float* o_part,
                                                                        const float* lse_part,
                                                                        __half* out, int rows,
-                                                                       int n_splits, CombineBound b) {
+                                                                       int n_splits) {
+  pdl_wait();  // kernels/pdl.h
+  pdl_launch_dependents();
   constexpr int kLanesPerSplit = D / 4;
   constexpr int kSplitsPerStep = kCombineThreads / kLanesPerSplit;
   constexpr int kUnroll = 4;
-  constexpr int kPre = kMaxSplitsPlanned / kSplitsPerStep;  // a thread's splits in one round
   static_assert(kCombineThreads % kLanesPerSplit == 0 && 32 % kLanesPerSplit == 0, "splits map to warp slices");
-  static_assert(kMaxSplitsPlanned % kSplitsPerStep == 0, "whole steps");
   __shared__ float s_w[kCombineMaxSplits];
   __shared__ float s_red[kCombineThreads / 32];
   __shared__ float4 s_acc[kSplitsPerStep][kLanesPerSplit];
 
   const int row = int(blockIdx.x);
   const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int sub = tid / kLanesPerSplit, c = tid % kLanesPerSplit;
-
-  // Splits that may hold keys (b.past: set before the pass, kernels/pdl.h).
-  const bool one = b.past != nullptr && n_splits <= kMaxSplitsPlanned;
-  int n_used = n_splits;
-  if (one) {
-    const int kv_len = min(*b.past + b.M, b.max_seq);
-    const int per = (kv_len + n_splits - 1) / n_splits;
-    const int chunk = (per + b.block_n - 1) / b.block_n * b.block_n;
-    n_used = min(n_splits, (kv_len + chunk - 1) / chunk);
-  }
-  pdl_wait();  // kernels/pdl.h
-  pdl_launch_dependents();
 
   // 1. max over the splits' log-sum-exps (base 2)
-  const float lse = tid < n_used ? lse_part[size_t(tid) * rows + row] : -INFINITY;
-  float4 pre[kPre];
-  if (one) {
-#pragma unroll
-    for (int u = 0; u < kPre; ++u) {
-      const int s = sub + u * kSplitsPerStep;
-      pre[u] = s < n_used ? *reinterpret_cast<const float4*>(o_part + (size_t(s) * rows + row) * D + c * 4)
-                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-  }
+  const float lse = tid < n_splits ? lse_part[size_t(tid) * rows + row] : -INFINITY;
   float mx = lse;
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
@@ -91,21 +60,9 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const flo
   if (lane == 0) s_red[warp] = wsum;
 
   // 2. weighted sum of the partial O rows
+  const int sub = tid / kLanesPerSplit, c = tid % kLanesPerSplit;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (one) {
-#pragma unroll
-    for (int u = 0; u < kPre; ++u) {
-      const int s = sub + u * kSplitsPerStep;
-      const float ws = s < n_used ? s_w[s] : 0.0f;
-      if (ws != 0.0f) {
-        acc.x += ws * pre[u].x;
-        acc.y += ws * pre[u].y;
-        acc.z += ws * pre[u].z;
-        acc.w += ws * pre[u].w;
-      }
-    }
-  }
-  for (int s0 = one ? n_splits : sub; s0 < n_splits; s0 += kSplitsPerStep * kUnroll) {
+  for (int s0 = sub; s0 < n_splits; s0 += kSplitsPerStep * kUnroll) {
     float4 v[kUnroll];
     float ws[kUnroll];
 #pragma unroll
@@ -148,10 +105,9 @@ __global__ void __launch_bounds__(kCombineThreads) attn_combine_kernel(const flo
 }  // namespace
 
 cudaError_t launch_combine(const float* o_part, const float* lse_part, __half* out, int rows, int n_splits,
-                           int head_dim, const CombineBound& b, cudaStream_t stream) {
+                           int head_dim, cudaStream_t stream) {
   return launch_pdl(PdlKernel::kCombine, head_dim == 128 ? attn_combine_kernel<128> : attn_combine_kernel<64>,
-                    dim3(unsigned(rows)), dim3(kCombineThreads), 0, stream, o_part, lse_part, out, rows, n_splits,
-                    b);
+                    dim3(unsigned(rows)), dim3(kCombineThreads), 0, stream, o_part, lse_part, out, rows, n_splits);
 }
 
 }  // namespace attn

@@ -76,16 +76,6 @@ struct Plan {
 // The combine kernel holds one split's lse per thread.
 constexpr int kCombineThreads = 256;
 constexpr int kCombineMaxSplits = kCombineThreads;  // one lse per thread
-// The most splits make_plan makes (kernels/attention.cu): the combine's
-// one-round path holds a thread's share of them in registers.
-constexpr int kMaxSplitsPlanned = 128;
-// The combine's one-round path (AttnArgs::combine): past and the chunk's
-// shape, to bound the splits that hold keys as the flash kernel cuts them
-// (block_n: its tile's keys). past == nullptr: the loop, the lse first.
-struct CombineBound {
-  const int32_t* past = nullptr;
-  int M = 0, max_seq = 0, block_n = 0;
-};
 
 // The mma.sync kernel of plan pl (and the combine when it splits the keys);
 // kernels/attention_mma.cu.
@@ -99,7 +89,7 @@ cudaError_t run_cluster_decode(const AttnArgs& a, cudaStream_t stream);
 // out[row] = the merge of n_splits partials (o_part [n_splits][rows][D],
 // lse_part [n_splits][rows], base 2); D = head_dim; kernels/attention_combine.cu.
 cudaError_t launch_combine(const float* o_part, const float* lse_part, __half* out, int rows, int n_splits,
-                           int head_dim, const CombineBound& b, cudaStream_t stream);
+                           int head_dim, cudaStream_t stream);
 
 }  // namespace attn
 }  // namespace kern

@@ -14,7 +14,6 @@
 #include <utility>
 
 #include "kernels/attention_internal.cuh"
-#include "kernels/env.h"
 #include "kernels/pdl.h"
 #include "kernels/per_device.h"
 #include "kernels/ptx.cuh"
@@ -590,17 +589,7 @@ cudaError_t run_d(const AttnArgs& a, const Plan& pl, cudaStream_t stream) {
     default: e = launch_fwd<BigTraits<D>, false>(p, pl, stream); break;
   }
   if (e != cudaSuccess || pl.n_splits <= 1) return e;
-  // The merge's loads in one round (AttnArgs::combine; $QSP_ATTN_COMBINE_ONE,
-  // off unless set: not yet run on a GPU).
-  static const bool combine_env = env_on("QSP_ATTN_COMBINE_ONE");
-  CombineBound b;
-  if (a.combine == AttnCombine::kOn || (a.combine == AttnCombine::kAuto && combine_env)) {
-    b.past = a.past;
-    b.M = a.M;
-    b.max_seq = a.max_seq;
-    b.block_n = pl.cfg == kSmall ? SmallTraits<D>::kBlockN : pl.cfg == kMid ? MidTraits<D>::kBlockN : BigTraits<D>::kBlockN;
-  }
-  return launch_combine(p.o_part, p.lse_part, a.out, int(rows), pl.n_splits, D, b, stream);
+  return launch_combine(p.o_part, p.lse_part, a.out, int(rows), pl.n_splits, D, stream);
 }
 
 }  // namespace

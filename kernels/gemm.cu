@@ -110,14 +110,14 @@ void cluster_waves(int dev, int sms, int (&wave)[4]) {
 //                  (GemvI8Wide::kAuto; kernels/gemv.cu, i8_wide_ok). H100, twenty-eighth
 //                  session: the 8B down GEMV (4096 x 12288) Q4_0 1937 -> 2153 GB/s, Q4_K
 //                  +7.8%; the 8B Q4_0 step 2.413 -> 2.358 ms (-2.3%); the 0.6B equal
-//  - kGemvResidEarly $QSP_GEMV_RESID_EARLY (off unless set: not yet run on a GPU): the
-//                  GEMV's kAddF32 epilogue loads its residual before pdl_wait
-//                  (KArgs::resid_early, gemv::early_resid; kernels/pdl.h's rule), so that
-//                  round trip is not at the kernel's end (bench/RESULTS.md, thirty-first
-//                  session)
-//  - kGemvNormWEarly $QSP_GEMV_NORMW_EARLY (off unless set: not yet run on a GPU): the
-//                  integer GEMV that forms its input's RMSNorm loads a warp's first norm
-//                  weights before pdl_wait (KArgs::normw_early, gemv::load_norm_w)
+//  - kGemvResidEarly $QSP_GEMV_RESID_EARLY (on unless "0"): the GEMV's kAddF32 epilogue
+//                  loads its residual before pdl_wait (KArgs::resid_early,
+//                  gemv::early_resid; kernels/pdl.h's rule), so that round trip is not
+//                  at the kernel's end. H100, thirty-second session, two alternating
+//                  rounds: the 0.6B step 0.576 / 0.567 -> 0.552 / 0.551 ms (-3.3%), 1 @
+//                  2048 -3%; the 8B Q4_0 step 2.356 -> 2.344 / 2.347 (-0.4%). Loading a
+//                  warp's first norm weights before the wait likewise (NORMW_EARLY) made
+//                  the 8B step 2.8% slower: removed (bench/RESULTS.md)
 enum class Switch {
   kWgmmaTmaW,
   kWgmmaHybrid,
@@ -127,15 +127,14 @@ enum class Switch {
   kGemvI8Stage,
   kWgmmaLoneTail,
   kGemvI8Wide,
-  kGemvResidEarly,
-  kGemvNormWEarly
+  kGemvResidEarly
 };
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
                             env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
                             env_default_on("QSP_WGMMA_LONE_TAIL"), env_default_on("QSP_GEMV_I8_WIDE"),
-                            env_on("QSP_GEMV_RESID_EARLY"), env_on("QSP_GEMV_NORMW_EARLY")};
+                            env_default_on("QSP_GEMV_RESID_EARLY")};
   return on[int(s)];
 }
 
@@ -438,7 +437,6 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     default: return cudaErrorInvalidValue;
   }
   a.resid_early = switch_on(Switch::kGemvResidEarly) ? 1 : 0;
-  a.normw_early = switch_on(Switch::kGemvNormWEarly) ? 1 : 0;
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;
   a.o.ldo = g.ldo;

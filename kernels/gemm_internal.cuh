@@ -38,7 +38,6 @@ struct KArgs {
   int32_t i8;       // the integer GEMV (M = 1; GemmArgs::gemv_i8)
   uint32_t* i8s;    // i8: its activations formed once into this (GemmArgs::i8_stage), or null
   int32_t i8_wide;  // i8: up to 16 warps a block; 1: where the tiles are few, 2: wherever it runs (GemvI8Wide)
-  int32_t normw_early;  // i8 kNormIn: a warp's first norm weights loaded before pdl_wait ($QSP_GEMV_NORMW_EARLY)
   int32_t resid_early;  // kAddF32 GEMV: the residual loaded before pdl_wait ($QSP_GEMV_RESID_EARLY; gemv::early_resid)
 };
 

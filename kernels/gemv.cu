@@ -333,29 +333,13 @@ __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], c
   }
 }
 
-// kNormIn: the norm weights of the lane's columns of group j (NormW), loaded
-// before pdl_wait for a warp's first group (the model's constants: no
-// kernel writes them), so that they are not a second L2 round trip after
-// the norm's (KArgs::normw_early).
-struct NormW {
-  float2 w[4];
-};
-__device__ __forceinline__ void load_norm_w(const KArgs& a, int j, const i8::StageLane& sl, NormW& nw) {
-#pragma unroll
-  for (int i = 0; i < 8; i += 2) {
-    const int col = j * i8::kGroupCols + i8::stage_col(sl, i);
-    nw.w[i / 2] = col < a.K ? *reinterpret_cast<const float2*>(a.xin_w + col) : make_float2(0.0f, 0.0f);
-  }
-}
-
 // The integer GEMV (kernels/gemv_i8.cuh): stages 256-column group j of the
 // (M = 1) input into this warp's words `st` (i8::kGroupWords: the words and
 // the step sums, the warp's after a __syncwarp) and returns its scale sx. The
 // input is x (the previous kernel's fp16 output) or, kNormIn, the RMSNorm of
 // a.xin with 1 / rms `nscale`, rounded to fp16 as norm_prologue does.
 template <class I, bool kNormIn>
-__device__ __forceinline__ float stage_i8(const KArgs& a, int j, float nscale, const i8::StageLane& sl, uint32_t* st,
-                                          const NormW* pre = nullptr) {
+__device__ __forceinline__ float stage_i8(const KArgs& a, int j, float nscale, const i8::StageLane& sl, uint32_t* st) {
   float v[8];
   // Columns i, i + 1 (adjacent) of the lane's eight; K % 32 == 0: a pair is
   // in or out, and only a last group of Q4_0's may be partial.
@@ -363,7 +347,7 @@ __device__ __forceinline__ float stage_i8(const KArgs& a, int j, float nscale, c
     const int col = j * i8::kGroupCols + i8::stage_col(sl, i);
     if constexpr (kNormIn) {
       const float2 x = *reinterpret_cast<const float2*>(a.xin + col);
-      const float2 w = pre ? pre->w[i / 2] : *reinterpret_cast<const float2*>(a.xin_w + col);
+      const float2 w = *reinterpret_cast<const float2*>(a.xin_w + col);
       return __half22float2(__floats2half2_rn(x.x * nscale * w.x, x.y * nscale * w.y));
     } else {
       uint32_t r;
@@ -516,14 +500,6 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == gemv::kMaxWarps ? 3 : 2
   bool first = true;
   const gemv::Resid resid = gemv::early_resid<EP, 1>(a, tile);
   const int groups = (a.KC + 3) / 4;
-  // The first group's norm weights before the wait (KArgs::normw_early);
-  // not in the SwiGLU kernels of Q6_K and Q8_0, which are at the 80-register
-  // cap and would spill 16 bytes more (ptxas).
-  constexpr bool kNormWPre = kNormIn && !(kDual && (F == WFormat::kQ6_K || F == WFormat::kQ8_0));
-  gemv::NormW nw;
-  const bool nw_pre = kNormWPre && a.normw_early && warp < groups;
-  if constexpr (kNormWPre)
-    if (nw_pre) gemv::load_norm_w(a, warp, sl, nw);
   for (int j = warp; j < groups; j += kw) {
     typename I::Acc acc[NM] = {};
     float sx = 0.0f;
@@ -556,7 +532,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == gemv::kMaxWarps ? 3 : 2
         if constexpr (kPre)
           sx = gemv::copy_staged(a, j, lane, st);
         else
-          sx = gemv::stage_i8<I, kNormIn>(a, j, nscale, sl, st, nw_pre && j == warp ? &nw : nullptr);
+          sx = gemv::stage_i8<I, kNormIn>(a, j, nscale, sl, st);
         __syncwarp();
       }
 #pragma unroll

@@ -316,11 +316,6 @@ enum class AttnPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kWgmmaOne = 3, 
 // twenty-second session, H100: the 0.6B decode step -4.5%, -6% with 2048
 // cached; the 8B's -1.5%). The same bits either way.
 enum class AttnPrefetch : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
-// The split-KV merge (the combine launch after the mma.sync kernel): its
-// loads in one round after its wait (kOn), the splits that hold keys bounded
-// from past before it, or the loop that reads the lse first (kOff); kAuto:
-// $QSP_ATTN_COMBINE_ONE (off unless set). The same bits either way.
-enum class AttnCombine : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 struct AttnArgs {
   const __half* q = nullptr;       // [M][n_heads][head_dim]
   const __half* k_cache = nullptr; // [n_kv_heads][max_seq][head_dim]
@@ -340,7 +335,6 @@ struct AttnArgs {
   // mma.sync family of every device.
   AttnPath path = AttnPath::kAuto;
   AttnPrefetch prefetch = AttnPrefetch::kAuto;
-  AttnCombine combine = AttnCombine::kAuto;
   // What the caller guarantees of *past for every run of this launch (a
   // graph replays it at many positions): at most max_past; -1: nothing (up
   // to max_seq - M). kAuto takes the cluster kernel only for a decode step

@@ -242,38 +242,6 @@ TEST_CASE("op attention: cache tiles copied before qk_rope's end give the same b
   CUDA_REQUIRE(cudaGetLastError());
 }
 
-// AttnArgs::combine: the split-KV merge after the mma.sync kernel issues
-// its lse and partial loads in one round, the splits that hold keys bounded
-// from past before its wait. The same sums in the same order: the bits of
-// the loop (which reads the lse first), under PDL after qk_rope as in a
-// decode pass, with the scratch poisoned (a (row, split) with no keys
-// leaves its partial unwritten: it must be skipped, never multiplied by 0),
-// on decode steps from one key to a long cache and on short chunks whose
-// rows see different splits, trial after trial.
-TEST_CASE("op attention: the split-KV merge's loads in one round give the same bits", "[gpu][attention][decode]") {
-  QSP_REQUIRE_GPU();
-  check_same_bits({{128, 32, 8, 1, 0, 40},
-                   {128, 32, 8, 1, 31, 80},
-                   {128, 32, 8, 1, 2048, 2065},
-                   {128, 32, 8, 1, 4096, 4200},
-                   {128, 16, 8, 1, 3000, 4100},
-                   {64, 16, 4, 1, 700, 800},
-                   {128, 8, 1, 1, 700, 800},
-                   {128, 32, 8, 3, 500, 600},
-                   {128, 32, 8, 17, 65, 200},
-                   {128, 32, 8, 100, 1000, 1200},
-                   {64, 32, 8, 5, 7000, 8200}},
-                  6161, [](kern::AttnArgs& a, bool on) {
-                    a.combine = on ? kern::AttnCombine::kOn : kern::AttnCombine::kOff;
-                  });
-  // An out-of-range value is refused.
-  AttnRig rig(AttnCase{128, 8, 4, 4, 0, 16}, true);
-  kern::AttnArgs a = rig.args();
-  a.combine = static_cast<kern::AttnCombine>(5);
-  CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
-  CUDA_REQUIRE(cudaGetLastError());
-}
-
 // AttnPath::kCluster (kernels/attention_decode.cu): the decode step's
 // split-KV merged inside one launch by a cluster of 8 blocks a KV head.
 // Against the CPU op on GQA groups 1, 2, 4, 8, head_dim 64 / 128, from one
