@@ -31,7 +31,9 @@
 // 3.2 us a phase of the 0.6B); a phase's cost is what runs after its wait
 // (the input's round trip, the reduction), not the launch.
 //
-//   bench_persistent [--model 0.6b|8b] [--reps N] [--layers N]
+//   bench_persistent [--model 0.6b|8b] [--reps N] [--layers N] [--replicas R[,R...]]
+//   --replicas: the graph modes again with each GEMV block reading its input
+//   from copy blockIdx % R (the copies past the first are stale: timing only).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -67,6 +69,8 @@ struct Phase {
   const uint32_t* s;   // fp16 scales, k / 32 a row (as pairs)
   const float* in;     // input vector (k floats), written by the phase before
   float* out;          // n floats (GEMV), 128 a head (rope, attn)
+  int replicas;        // --replicas: a GEMV block reads copy blockIdx % replicas of in
+  int rep_stride;      // floats between copies (only copy 0 is written: timing only)
 };
 
 struct Step {
@@ -161,7 +165,11 @@ __device__ __forceinline__ int dot_word(uint4 w, const int* a) {
 }
 
 // Quantize the phase's input (k floats) into shared int8 (one scale).
-__device__ __forceinline__ float load_input(const Phase& ph, int8_t* s_a, float* s_red) {
+// --replicas R: block b reads copy b % R, so that R times as many L2 lines
+// (and slices) serve the grid's reads of the same vector: whether every
+// block reading one hot vector at once is what a phase's input costs.
+__device__ __forceinline__ float load_input(Phase ph, int8_t* s_a, float* s_red) {
+  ph.in += size_t(blockIdx.x % ph.replicas) * size_t(ph.rep_stride);
   float amax = 0.0f;
   for (int i = threadIdx.x; i < ph.k; i += kThreads) amax = fmaxf(amax, fabsf(ld_coherent(ph.in + i)));
 #pragma unroll
@@ -353,13 +361,25 @@ struct Shape {
 int main(int argc, char** argv) {
   std::string model = "0.6b";
   int reps = 50, layers_override = 0;
+  std::vector<int> replica_list;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--model" && i + 1 < argc) model = argv[++i];
     else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (a == "--layers" && i + 1 < argc) layers_override = std::atoi(argv[++i]);
-    else {
-      std::fprintf(stderr, "usage: bench_persistent [--model 0.6b|8b] [--reps N] [--layers N]\n");
+    else if (a == "--replicas" && i + 1 < argc) {
+      for (const char* q = argv[++i]; *q;) {
+        char* end = nullptr;
+        const long v = std::strtol(q, &end, 10);
+        if (end == q || v < 1 || v > 64) {
+          std::fprintf(stderr, "bench_persistent: --replicas: a list of copy counts 1..64, e.g. 1,4,16\n");
+          return 2;
+        }
+        replica_list.push_back(int(v));
+        q = *end == ',' ? end + 1 : end;
+      }
+    } else {
+      std::fprintf(stderr, "usage: bench_persistent [--model 0.6b|8b] [--reps N] [--layers N] [--replicas R,...]\n");
       return 2;
     }
   }
@@ -410,10 +430,12 @@ int main(int argc, char** argv) {
   }
   // Activations: one buffer a phase boundary, large enough for any phase.
   const int act = std::max({sh.vocab, 2 * sh.ffn, qkv, (sh.heads + 2 * sh.kv_heads) * 128});
-  float* acts = nullptr;
-  CHECK(cudaMalloc(&acts, sizeof(float) * act * 2));
+  int max_rep = 1;
+  for (int r : replica_list) max_rep = std::max(max_rep, r);
+  float* acts = nullptr;  // two boundaries, each max_rep copies of act floats
+  CHECK(cudaMalloc(&acts, sizeof(float) * act * 2 * max_rep));
   {
-    std::vector<float> h(size_t(act) * 2);
+    std::vector<float> h(size_t(act) * 2 * max_rep);
     for (size_t i = 0; i < h.size(); ++i) h[i] = float(int(i * 2654435761u % 2001) - 1000) * 1e-3f;
     CHECK(cudaMemcpy(acts, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
   }
@@ -425,8 +447,10 @@ int main(int argc, char** argv) {
     p.kind = d.kind;
     p.n = d.n;
     p.k = d.k;
-    p.in = acts + (i & 1) * act;
-    p.out = acts + ((i + 1) & 1) * act;
+    p.in = acts + size_t(i & 1) * act * max_rep;
+    p.out = acts + size_t((i + 1) & 1) * act * max_rep;
+    p.replicas = 1;
+    p.rep_stride = act;
     if (d.kind == Kind::kGemv) {
       p.w = w + wo;
       p.s = s + so;
@@ -479,10 +503,11 @@ int main(int argc, char** argv) {
   std::printf("| copy (weights only, one kernel) | %.1f | | %.0f |\n", t_copy * 1e3, double(w_words) * 16 / t_copy / 1e6);
 
   // graphs of a kernel a phase
-  auto make_graph = [&](int level, bool pdl) {
+  auto make_graph = [&](int level, bool pdl, int replicas = 1) {
     cudaGraphExec_t exec = nullptr;
     CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    for (const Phase& p : phases) {
+    for (Phase p : phases) {
+      p.replicas = replicas;
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = dim3(p.kind == Kind::kGemv ? unsigned(sms) : unsigned(p.n));
       cfg.blockDim = dim3(kThreads);
@@ -506,6 +531,14 @@ int main(int argc, char** argv) {
       cudaGraphExec_t exec = make_graph(level, pdl);
       const double t = time_it([&] { CHECK(cudaGraphLaunch(exec, st)); });
       std::printf("| graph, a kernel a phase%s, %s | %.1f | %.2f | %.0f |\n", pdl ? " (PDL)" : "", level_name[level],
+                  t * 1e3, t * 1e3 / phases.size(), level == 2 ? bytes / t / 1e6 : 0.0);
+      CHECK(cudaGraphExecDestroy(exec));
+    }
+  for (int r : replica_list)
+    for (int level = 1; level < 3; ++level) {
+      cudaGraphExec_t exec = make_graph(level, true, r);
+      const double t = time_it([&] { CHECK(cudaGraphLaunch(exec, st)); });
+      std::printf("| graph (PDL), %s, input from copy block %% %d | %.1f | %.2f | %.0f |\n", level_name[level], r,
                   t * 1e3, t * 1e3 / phases.size(), level == 2 ? bytes / t / 1e6 : 0.0);
       CHECK(cudaGraphExecDestroy(exec));
     }
