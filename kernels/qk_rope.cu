@@ -49,6 +49,11 @@ struct RopeParams {
   // so the angles' double-precision reduction and sincosf overlap the QKV
   // GEMV's tail instead of following it.
   int early;
+  // QSP_ROPE_PRE=1 (off until measured; the narrow kernel): the vector's
+  // QK-norm weights (constants) loaded before pdl_wait and its q | k | v
+  // elements right after it, ahead of the angles' block barrier, instead
+  // of after that barrier and the norm's sum.
+  int pre;
   rope::Out o;
   double inv_freq[kMaxHeadDim / 2];
 };
@@ -61,28 +66,33 @@ __global__ void __launch_bounds__(kWarps * 32) qk_rope_kernel(const RopeParams p
   __shared__ float s_cos[D / 2], s_sin[D / 2];
 
   const int m = int(blockIdx.x);
+  const int lane = int(threadIdx.x) & 31;
+  const int vec = int(blockIdx.y) * kWarps + int(threadIdx.x >> 5);
+  const bool active = vec < p.o.n_heads + 2 * p.o.n_kv_heads;
+  // q at column 0, k at q_dim, v at q_dim + kv_dim: vec * D in every case.
+  const float* src = p.qkv + size_t(m) * p.ld + size_t(vec) * D + lane * E;
   int pos, max_seq;
   __half *k_cache, *v_cache;
+  float nw[E];
+  const bool has_nw = p.pre && active && rope::norm_weights<D>(p.o, vec, lane, nw);
   if (p.early) {
     rope::token_target<D, kBatch>(p.o, m, pos, max_seq, k_cache, v_cache);
     rope::angles<D>(pos, p.inv_freq, s_cos, s_sin, int(threadIdx.x), kWarps * 32);
   }
   pdl_wait();  // kernels/pdl.h
   pdl_launch_dependents();
+  float x[E];
+  if (p.pre && active) rope::load<E, kVecLoad>(x, src);
   if (!p.early) {
     rope::token_target<D, kBatch>(p.o, m, pos, max_seq, k_cache, v_cache);
     rope::angles<D>(pos, p.inv_freq, s_cos, s_sin, int(threadIdx.x), kWarps * 32);
   }
   __syncthreads();
 
-  const int lane = int(threadIdx.x) & 31;
-  const int vec = int(blockIdx.y) * kWarps + int(threadIdx.x >> 5);
-  if (vec >= p.o.n_heads + 2 * p.o.n_kv_heads) return;
-  // q at column 0, k at q_dim, v at q_dim + kv_dim: vec * D in every case.
-  float x[E];
-  rope::load<E, kVecLoad>(x, p.qkv + size_t(m) * p.ld + size_t(vec) * D + lane * E);
+  if (!active) return;
+  if (!p.pre) rope::load<E, kVecLoad>(x, src);
   rope::finish_vector<D, kStyle>(p.o, x, vec, m, pos, max_seq, k_cache, v_cache, rope::SharedAngles{s_cos, s_sin},
-                                 lane);
+                                 lane, has_nw ? nw : nullptr);
 }
 
 // The wide kernel (QkRopeArgs::wide): kWideVecs head vectors per warp (warp
@@ -168,6 +178,8 @@ RopeParams params(const QkRopeArgs& a) {
   p.o = rope::make_out(a);
   static const bool early = env_default_on("QSP_ROPE_EARLY");
   p.early = early ? 1 : 0;
+  static const bool pre = env_on("QSP_ROPE_PRE");
+  p.pre = pre ? 1 : 0;
   const double* tab = rope::inv_freq_table(a.theta, a.head_dim);
   for (int i = 0; i < a.head_dim / 2; ++i) p.inv_freq[i] = tab[i];
   for (int i = a.head_dim / 2; i < kMaxHeadDim / 2; ++i) p.inv_freq[i] = 0.0;

@@ -107,9 +107,11 @@ struct SharedAngles {
 };
 
 // QK-norm with weight nw (nullptr: none; RMS over the D elements, eps),
-// then the rotation by the angles ang gives, in place.
+// then the rotation by the angles ang gives, in place. nw_lane (or null):
+// the lane's E weights nw[lane * E ..], already loaded.
 template <int D, int kStyle, class Ang>
-__device__ __forceinline__ void norm_rotate(float (&x)[D / 32], const float* nw, float eps, const Ang& ang, int lane) {
+__device__ __forceinline__ void norm_rotate(float (&x)[D / 32], const float* nw, float eps, const Ang& ang, int lane,
+                                            const float* nw_lane = nullptr) {
   constexpr int E = D / 32;
   if (nw) {
     float ss = 0.0f;
@@ -119,7 +121,7 @@ __device__ __forceinline__ void norm_rotate(float (&x)[D / 32], const float* nw,
     for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
     const float scale = 1.0f / sqrtf(ss / float(D) + eps);
 #pragma unroll
-    for (int e = 0; e < E; ++e) x[e] = x[e] * scale * nw[lane * E + e];
+    for (int e = 0; e < E; ++e) x[e] = x[e] * scale * (nw_lane ? nw_lane[e] : nw[lane * E + e]);
   }
   if constexpr (kStyle == QSP_ROPE_NEOX) {
     // Lanes 0-15 hold the first half (a), lanes 16-31 the second (b).
@@ -214,17 +216,31 @@ __device__ __forceinline__ void token_target(const Out& p, int m, int& pos, int&
   }
 }
 
+// The lane's E QK-norm weights of head vector vec into w (the model's
+// constants: they may load before pdl_wait); false where vec has none (a
+// value head, or no QK-norm).
+template <int D>
+__device__ __forceinline__ bool norm_weights(const Out& p, int vec, int lane, float (&w)[D / 32]) {
+  constexpr int E = D / 32;
+  const float* nw = vec < p.n_heads ? p.q_norm : vec < p.n_heads + p.n_kv_heads ? p.k_norm : nullptr;
+  if (!nw) return false;
+#pragma unroll
+  for (int e = 0; e < E; ++e) w[e] = nw[lane * E + e];
+  return true;
+}
+
 // Head vector `vec` of token m, its lane's E elements loaded in x: the
 // QK-norm and rotation of q and k heads, then the store (q: q_out; k, v: the
 // cache at pos, nothing where pos is out of the cache).
+// nw_lane (or null): the lane's QK-norm weights of this vector (norm_weights).
 template <int D, int kStyle, class Ang>
 __device__ __forceinline__ void finish_vector(const Out& p, float (&x)[D / 32], int vec, int m, int pos,
                                               int max_seq, __half* k_cache, __half* v_cache, const Ang& ang,
-                                              int lane) {
+                                              int lane, const float* nw_lane = nullptr) {
   // 0: query head, 1: key head, 2: value head
   const int kind = vec < p.n_heads ? 0 : vec < p.n_heads + p.n_kv_heads ? 1 : 2;
   const int h = kind == 0 ? vec : kind == 1 ? vec - p.n_heads : vec - p.n_heads - p.n_kv_heads;
-  if (kind < 2) norm_rotate<D, kStyle>(x, kind == 0 ? p.q_norm : p.k_norm, p.eps, ang, lane);
+  if (kind < 2) norm_rotate<D, kStyle>(x, kind == 0 ? p.q_norm : p.k_norm, p.eps, ang, lane, nw_lane);
 
   __half* dst;
   if (kind == 0) {
