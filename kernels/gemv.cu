@@ -324,9 +324,9 @@ __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], c
   __syncthreads();
   float row_scale = 1.0f;
   if (ss_part) {
-    float t = 0.0f;
-    for (int w = 0; w < kw; ++w) t += ss_part[w];
-    row_scale = 1.0f / sqrtf(t / float(a.K) + a.xin_eps);
+    float sum = 0.0f;
+    for (int w = 0; w < kw; ++w) sum += ss_part[w];
+    row_scale = 1.0f / sqrtf(sum / float(a.K) + a.xin_eps);
   }
   for (int e = threadIdx.x; e < MT * 8 * 16; e += blockDim.x) {
     const int m = e / 16, nl = e % 16, n = tile * 16 + nl;
