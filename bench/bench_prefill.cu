@@ -27,6 +27,12 @@
 //                      [--profile]          (after each qsp row, one more call with its
 //                      kernels timed one by one: kernels/launch_profile.h; every
 //                      pass eager, QSP_GRAPHS=0)
+//                      [--decode-at 2048,...]  (the one-token step on that many cached
+//                      tokens, "1@2048": prefilled once, each timed step from the
+//                      cache truncated back to them, as in a generation)
+//                      [--refill]           (the old method: the cached tokens
+//                      re-prefilled before every timed step, so each step follows
+//                      a whole prompt's burst of power)
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -126,9 +132,11 @@ qsp_context* make_qsp(const Shape& s, const BenchType& bt, uint32_t max_seq, boo
 
 double time_qsp(qsp_context* ctx, uint32_t n, uint32_t past, int reps, const std::vector<int32_t>& tokens) {
   std::vector<double> t;
+  QSP_QK(qsp_kv_truncate(ctx, 0));
+  if (past) QSP_QK(qsp_prefill(ctx, tokens.data(), past));  // the cached prefix, once
   for (int r = 0; r < reps + 1; ++r) {
-    QSP_QK(qsp_kv_truncate(ctx, 0));
-    if (past) QSP_QK(qsp_prefill(ctx, tokens.data(), past));
+    QSP_QK(qsp_kv_truncate(ctx, g_refill ? 0 : past));
+    if (g_refill && past) QSP_QK(qsp_prefill(ctx, tokens.data(), past));
     if (r == 1) profile_range(true);
     const double t0 = now_ms();
     QSP_QK(qsp_prefill(ctx, tokens.data() + past, n));
@@ -137,8 +145,7 @@ double time_qsp(qsp_context* ctx, uint32_t n, uint32_t past, int reps, const std
     if (r) t.push_back(dt);  // the first run warms up (and captures the decode graph)
   }
   if (g_profile) {
-    QSP_QK(qsp_kv_truncate(ctx, 0));
-    if (past) QSP_QK(qsp_prefill(ctx, tokens.data(), past));
+    QSP_QK(qsp_kv_truncate(ctx, past));
     char what[96];
     std::snprintf(what, sizeof what, "%u tokens after %u (median %.3f ms)", n, past, median(t));
     profile_pass(what, [&] { QSP_QK(qsp_prefill(ctx, tokens.data() + past, n)); });
@@ -288,6 +295,7 @@ int main(int argc, char** argv) {
     else if (a == "--batch" && i + 1 < argc) batches = split_commas(argv[++i]);
     else if (a == "--tp" && i + 1 < argc) tp = split_commas(argv[++i]);
     else if (a == "--profile-range") g_profile_range = true;
+    else if (a == "--refill") g_refill = true;
     else if (a == "--profile") {
       g_profile = true;
       setenv("QSP_GRAPHS", "0", 1);  // read when a context is made: none exists yet
@@ -296,7 +304,7 @@ int main(int argc, char** argv) {
                                                    std::strcmp(argv[i + 1], "fast") == 0))
       g_weights = std::strcmp(argv[++i], "fast") == 0 ? Weights::kFast : Weights::kRealistic;
     else {
-      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--decode-at 2048,...] [--reps N] [--no-baseline] [--batch 32x128,64x1@512,4x512+60x1@512] [--gguf FILE,...] [--tp 1,2,4,2s] [--profile-range] [--profile] [--weights realistic|fast]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--model 0.6b|8b|all] [--type q4_0|q8_0|all] [--tokens 1,128,...] [--decode-at 2048,...] [--reps N] [--no-baseline] [--batch 32x128,64x1@512,4x512+60x1@512] [--gguf FILE,...] [--tp 1,2,4,2s] [--profile-range] [--profile] [--weights realistic|fast] [--refill]\n", argv[0]);
       return 2;
     }
   }

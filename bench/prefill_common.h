@@ -62,6 +62,9 @@ void profile_range(bool start);
 // timed by CUDA events (kernels/launch_profile.h; passes eager: QSP_GRAPHS=0
 // is set before any context exists), printed per kernel family and grid.
 inline bool g_profile = false;
+// --refill: time_qsp re-prefills the cached prefix before every timed run
+// (the method until 2026-12-07: a decode step right after a whole prompt).
+inline bool g_refill = false;
 template <class Pass>
 void profile_pass(const char* what, Pass&& pass);
 void print_profile(const char* what, double wall_ms);
@@ -73,7 +76,10 @@ void print_profile(const char* what, double wall_ms);
 qsp_context* make_qsp(const Shape& s, const BenchType& bt, uint32_t max_seq, bool generate = true,
                       uint32_t n_devices = 0, uint32_t device_mask = 0);
 // Median ms of a prefill of n tokens after `past` (tokens[0, past + n)),
-// each run from an empty cache, after a warm-up run.
+// after a warm-up run: the first `past` prefilled once, then each run from
+// the cache truncated back to them (a generation's steady state, as `qsp
+// bench --batch 1x1@P` measures; until 2026-12-07 each run re-prefilled
+// them, so a decode step was timed right after a whole prompt's burst).
 double time_qsp(qsp_context* ctx, uint32_t n, uint32_t past, int reps, const std::vector<int32_t>& tokens);
 
 // --batch SPEC (prefill_modes.cu): one qsp_prefill_batch against the same
