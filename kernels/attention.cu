@@ -132,14 +132,9 @@ Plan make_plan(int M, int n_heads, int n_kv_heads, int head_dim, int max_seq, in
 
 // A batched pass: the tile shape for its longest piece (the pieces' tiles
 // are laid out by the caller, n_tiles of them, attention_batch_tile_tokens()
-// tokens each). The cache reads of the decode pieces are spread over
-// (pieces x KV heads) one-warp blocks already; with decode-sized tiles
-// (kSmall: pieces of a few tokens) each piece's keys may be split `splits`
-// ways more (batch_splits(): a split's keys are its piece's own, a
-// kBlockN-aligned 1 / splits of them) within kMaxPartialRows partials and
-// the scratch, merged by the combine kernel over the pass's M token rows.
-Plan make_batch_plan(int max_piece, int n_heads, int n_kv_heads, int n_tiles, int M, int head_dim, int splits,
-                     size_t scratch_bytes) {
+// tokens each), no split. The cache reads of the decode pieces are spread
+// over (pieces x KV heads) blocks already.
+Plan make_batch_plan(int max_piece, int n_heads, int n_kv_heads, int n_tiles) {
   Plan pl;
   const int group = n_heads / n_kv_heads;
   const int64_t rows = int64_t(max_piece) * group;
@@ -149,25 +144,7 @@ Plan make_batch_plan(int max_piece, int n_heads, int n_kv_heads, int n_tiles, in
   pl.tokens = ci.block_m / pl.gp;
   pl.m_blocks = n_tiles;
   pl.head_blocks = n_kv_heads * (group / pl.gp);
-  if (pl.cfg == kSmall && splits > 1) {
-    int64_t s = std::min<int64_t>(splits, kMaxSplits);
-    s = std::min<int64_t>(s, kMaxPartialRows / (int64_t(M) * n_heads));
-    const size_t per_split = size_t(M) * n_heads * (size_t(head_dim) + 1) * sizeof(float);
-    s = std::min<int64_t>(s, int64_t(scratch_bytes / per_split));
-    pl.n_splits = s > 1 ? int(s) : 1;
-  }
   return pl;
-}
-
-// The K splits of a batched pass's decode-sized tiles: $QSP_ATTN_BATCH_SPLITS
-// (1, none, unless set: being measured), read once.
-int batch_splits() {
-  static const int n = [] {
-    const char* v = std::getenv("QSP_ATTN_BATCH_SPLITS");
-    const int x = v ? std::atoi(v) : 1;
-    return x > 1 ? std::min(x, kMaxSplits) : 1;
-  }();
-  return n;
 }
 
 size_t plan_scratch_bytes(const Plan& pl, int M, int n_heads, int head_dim) {
@@ -205,9 +182,6 @@ size_t attention_scratch_bytes(int32_t max_M, int32_t n_heads, int32_t head_dim,
     for (int M = 1; M <= max_M; ++M) {
       const Plan pl = make_plan(M, n_heads, kv, head_dim, max_seq, n_sms, SIZE_MAX);
       need = std::max(need, plan_scratch_bytes(pl, M, n_heads, head_dim));
-      // A batched pass of decode pieces (make_batch_plan's split).
-      const Plan bp = make_batch_plan(1, n_heads, kv, M, M, head_dim, batch_splits(), SIZE_MAX);
-      need = std::max(need, plan_scratch_bytes(bp, M, n_heads, head_dim));
     }
   }
   return need;
@@ -272,7 +246,7 @@ bool attention_fuses_rope(const AttnArgs& a) {
 int32_t attention_batch_tile_tokens(int32_t max_piece, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim) {
   if (max_piece < 1 || n_heads < 1 || n_kv_heads < 1 || n_heads % n_kv_heads || !attention_supported(head_dim))
     return 0;
-  return make_batch_plan(max_piece, n_heads, n_kv_heads, 1, max_piece, head_dim, 1, 0).tokens;
+  return make_batch_plan(max_piece, n_heads, n_kv_heads, 1).tokens;
 }
 
 cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
@@ -290,9 +264,7 @@ cudaError_t attention(const AttnArgs& a, cudaStream_t stream) {
     if (a.path == AttnPath::kWgmma || a.path == AttnPath::kWgmmaOne || a.path == AttnPath::kCluster)
       return cudaErrorNotSupported;
     if (a.rope) return cudaErrorInvalidValue;  // one context's step only
-    const Plan pl = make_batch_plan(a.max_piece, a.n_heads, a.n_kv_heads, a.n_tiles, a.M, a.head_dim,
-                                    a.batch_splits ? a.batch_splits : batch_splits(), a.scratch ? a.scratch_bytes : 0);
-    return attn::run_mma(a, pl, stream);
+    return attn::run_mma(a, make_batch_plan(a.max_piece, a.n_heads, a.n_kv_heads, a.n_tiles), stream);
   }
   if (!a.q || !a.k_cache || !a.v_cache || !a.out || !a.past) return cudaErrorInvalidValue;
   if (!attention_supported(a.head_dim)) return cudaErrorInvalidValue;

@@ -91,8 +91,7 @@ struct Span {
   const __half* v;
   __half* out;
   int M, max_seq, past;
-  int t0;    // the block's first token within q
-  int row0;  // q's first token within the launch's (a split's partial rows: [split][p.M][heads])
+  int t0;  // the block's first token within q
 };
 template <bool kBatch, int D>
 __device__ __forceinline__ Span block_span(const FwdParams& p, int t0) {
@@ -112,7 +111,6 @@ __device__ __forceinline__ Span block_span(const FwdParams& p, int t0) {
     s.max_seq = d.max_seq;
     s.past = d.past;
     s.t0 = tile.y;
-    s.row0 = d.start;
   } else {
     s.q = p.q;
     s.out = p.out;
@@ -122,7 +120,6 @@ __device__ __forceinline__ Span block_span(const FwdParams& p, int t0) {
     s.max_seq = p.max_seq;
     s.past = *p.past;
     s.t0 = t0;
-    s.row0 = 0;
   }
   return s;
 }
@@ -174,7 +171,7 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
       for (int r = tid; r < rows_used; r += Kt::kNThreads) {
         const int t = t0 + r / p.gp;
         if (t < sp.M)
-          p.lse_part[(size_t(split) * p.M + sp.row0 + t) * p.n_heads + h0 + r % p.gp] = -INFINITY;
+          p.lse_part[(size_t(split) * sp.M + t) * p.n_heads + h0 + r % p.gp] = -INFINITY;
       }
     }
     return;
@@ -476,7 +473,7 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
         const int r = warp_row0 + rl;
         const int t = t0 + r / p.gp;
         if (q == 0 && r < rows_used && t < se.M)
-          p.lse_part[(size_t(split) * p.M + se.row0 + t) * p.n_heads + h0 + r % p.gp] =
+          p.lse_part[(size_t(split) * se.M + t) * p.n_heads + h0 + r % p.gp] =
               row_sum[mt][hr] > 0.0f ? row_max[mt][hr] * p.scale_log2 + __log2f(row_sum[mt][hr]) : -INFINITY;
       }
     __syncwarp();
@@ -494,7 +491,7 @@ __global__ void __launch_bounds__(Kt::kNThreads, Kt::kMinBlocksPerSm) attn_fwd_k
                    : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                    : "r"(stage_base + rl * D * 4 + ((c ^ ((rl & 7) << 1)) << 4))
                    : "memory");
-      *reinterpret_cast<float4*>(p.o_part + ((size_t(split) * p.M + se.row0 + t) * p.n_heads + h0 + r % p.gp) * D + c * 4) = v;
+      *reinterpret_cast<float4*>(p.o_part + ((size_t(split) * se.M + t) * p.n_heads + h0 + r % p.gp) * D + c * 4) = v;
     }
     return;
   }
@@ -579,18 +576,17 @@ cudaError_t run_d(const AttnArgs& a, const Plan& pl, cudaStream_t stream) {
   p.prefetch = a.prefetch == AttnPrefetch::kOn || (a.prefetch == AttnPrefetch::kAuto && prefetch_env);
 
   cudaError_t e;
-  if (a.seqs) {  // a batched pass: split only with decode-sized tiles (make_batch_plan)
+  if (a.seqs) {  // a batched pass: never split (make_batch_plan)
     switch (pl.cfg) {
-      case kSmall: e = launch_fwd<SmallTraits<D>, true>(p, pl, stream); break;
-      case kMid: e = launch_fwd<MidTraits<D>, true>(p, pl, stream); break;
-      default: e = launch_fwd<BigTraits<D>, true>(p, pl, stream); break;
+      case kSmall: return launch_fwd<SmallTraits<D>, true>(p, pl, stream);
+      case kMid: return launch_fwd<MidTraits<D>, true>(p, pl, stream);
+      default: return launch_fwd<BigTraits<D>, true>(p, pl, stream);
     }
-  } else {
-    switch (pl.cfg) {
-      case kSmall: e = launch_fwd<SmallTraits<D>, false>(p, pl, stream); break;
-      case kMid: e = launch_fwd<MidTraits<D>, false>(p, pl, stream); break;
-      default: e = launch_fwd<BigTraits<D>, false>(p, pl, stream); break;
-    }
+  }
+  switch (pl.cfg) {
+    case kSmall: e = launch_fwd<SmallTraits<D>, false>(p, pl, stream); break;
+    case kMid: e = launch_fwd<MidTraits<D>, false>(p, pl, stream); break;
+    default: e = launch_fwd<BigTraits<D>, false>(p, pl, stream); break;
   }
   if (e != cudaSuccess || pl.n_splits <= 1) return e;
   return launch_combine(p.o_part, p.lse_part, a.out, int(rows), pl.n_splits, D, stream);

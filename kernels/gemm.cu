@@ -123,10 +123,6 @@ void cluster_waves(int dev, int sms, int (&wave)[4]) {
 //                  the RMSNorm's 1 / rms to its sums (GemvNormLate::kOn), so that its
 //                  first group waits for one round trip to the row, not two and a
 //                  block barrier (bench/RESULTS.md: the GEMV's longest wait is its input)
-//  - kGemvNormWPre $QSP_GEMV_NORMW_PRE (off unless set: written in the thirty-second
-//                  session, not yet run on a GPU): the fp16 GEMV that forms its input's
-//                  RMSNorm (the 0.6B's Q | K | V and gate | up) loads each thread's first
-//                  norm weights before pdl_wait (KArgs::normw_pre), not after norm_scale
 enum class Switch {
   kWgmmaTmaW,
   kWgmmaHybrid,
@@ -137,16 +133,14 @@ enum class Switch {
   kWgmmaLoneTail,
   kGemvI8Wide,
   kGemvResidEarly,
-  kGemvNormLate,
-  kGemvNormWPre
+  kGemvNormLate
 };
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
                             env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
                             env_default_on("QSP_WGMMA_LONE_TAIL"), env_default_on("QSP_GEMV_I8_WIDE"),
-                            env_default_on("QSP_GEMV_RESID_EARLY"), env_on("QSP_GEMV_NORM_LATE"),
-                            env_on("QSP_GEMV_NORMW_PRE")};
+                            env_default_on("QSP_GEMV_RESID_EARLY"), env_on("QSP_GEMV_NORM_LATE")};
   return on[int(s)];
 }
 
@@ -451,7 +445,6 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     default: return cudaErrorInvalidValue;
   }
   a.resid_early = switch_on(Switch::kGemvResidEarly) ? 1 : 0;
-  a.normw_pre = switch_on(Switch::kGemvNormWPre) ? 1 : 0;
   switch (g.gemv_norm_late) {
     case GemvNormLate::kAuto: a.norm_late = switch_on(Switch::kGemvNormLate) ? 1 : 0; break;
     case GemvNormLate::kOff: a.norm_late = 0; break;

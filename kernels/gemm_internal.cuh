@@ -40,7 +40,6 @@ struct KArgs {
   int32_t i8_wide;  // i8: up to 16 warps a block; 1: where the tiles are few, 2: wherever it runs (GemvI8Wide)
   int32_t resid_early;  // kAddF32 GEMV: the residual loaded before pdl_wait ($QSP_GEMV_RESID_EARLY; gemv::early_resid)
   int32_t norm_late;    // i8 kNormIn: the RMSNorm's 1 / rms applied to the sums (GemvNormLate)
-  int32_t normw_pre;    // fp16 kNormIn GEMV: a thread's first norm weights loaded before pdl_wait ($QSP_GEMV_NORMW_PRE)
 };
 
 // ---- Tile configurations of the mma.sync kernel --------------------------------------------

@@ -176,17 +176,15 @@ __device__ __forceinline__ float norm_scale(const KArgs& a, int m) {
   return 1.0f / sqrtf(t / float(K) + a.xin_eps);
 }
 
-// wpre (KArgs::normw_pre, or null): the norm weights w4[threadIdx.x], loaded
-// before pdl_wait, so that they are not a round trip after norm_scale's.
 template <bool kPerm>
-__device__ __forceinline__ void norm_prologue(const KArgs& a, __half* xs, int KP, const float4* wpre = nullptr) {
+__device__ __forceinline__ void norm_prologue(const KArgs& a, __half* xs, int KP) {
   const int K = a.K, n4 = K / 4;
   const float4* w4 = reinterpret_cast<const float4*>(a.xin_w);
   for (int m = 0; m < a.o.M; ++m) {
     const float4* xr = reinterpret_cast<const float4*>(a.xin + size_t(m) * size_t(a.xin_ld));
     const float scale = norm_scale(a, m);
     for (int i = threadIdx.x; i < n4; i += blockDim.x) {
-      const float4 v = xr[i], wk = wpre && i == int(threadIdx.x) ? *wpre : w4[i];
+      const float4 v = xr[i], wk = w4[i];
       const __half2 lo = __floats2half2_rn(v.x * scale * wk.x, v.y * scale * wk.y);
       const __half2 hi = __floats2half2_rn(v.z * scale * wk.z, v.w * scale * wk.w);
       put_pair<kPerm>(xs, KP, m, 4 * i, lo);
@@ -324,9 +322,9 @@ __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], c
   __syncthreads();
   float row_scale = 1.0f;
   if (ss_part) {
-    float sum = 0.0f;
-    for (int w = 0; w < kw; ++w) sum += ss_part[w];
-    row_scale = 1.0f / sqrtf(sum / float(a.K) + a.xin_eps);
+    float t = 0.0f;
+    for (int w = 0; w < kw; ++w) t += ss_part[w];
+    row_scale = 1.0f / sqrtf(t / float(a.K) + a.xin_eps);
   }
   for (int e = threadIdx.x; e < MT * 8 * 16; e += blockDim.x) {
     const int m = e / 16, nl = e % 16, n = tile * 16 + nl;
@@ -678,20 +676,10 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32, MT == 1 ? 3 : 2) gemv_ke
     // Every warp has a first round (kw <= KC), so the prologue's barriers
     // are reached by all of them.
     if (c0 == warp) {
-      // KArgs::normw_pre: the thread's first norm weights (the model's
-      // constants) after the first round's weight loads, before the wait.
-      // Q4_0 only: the other formats' norm-forming kernels at the 80-register
-      // cap spill 4-16 bytes more with it (ptxas), on or off.
-      float4 wpre = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      bool pre = false;
-      if constexpr (kNormIn && F == WFormat::kQ4_0) {
-        pre = a.normw_pre && int(threadIdx.x) < a.K / 4;
-        if (pre) wpre = reinterpret_cast<const float4*>(a.xin_w)[threadIdx.x];
-      }
       pdl_wait();
       pdl_launch_dependents();
       if constexpr (kNormIn)
-        gemv::norm_prologue<kPerm>(a, xs, a.KC * 64, pre ? &wpre : nullptr);
+        gemv::norm_prologue<kPerm>(a, xs, a.KC * 64);
       else if constexpr (kPerm)
         gemv::stage_x(a, xs, a.KC * 64);
     }

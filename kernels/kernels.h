@@ -378,16 +378,13 @@ struct AttnArgs {
   // the launch's query tiles: tiles[i] = {piece, its first token in the
   // piece}, each attention_batch_tile_tokens() tokens high, n_tiles of them,
   // covering every piece (device memory; the order is the launch order).
-  // max_piece: the longest piece's token count. Always the mma.sync kernels;
-  // with decode-sized tiles (pieces of at most 16 / GQA group tokens) each
-  // piece's keys split batch_splits ways (0: $QSP_ATTN_BATCH_SPLITS, else 1;
-  // within the scratch), merged by the combine kernel; otherwise never split.
+  // max_piece: the longest piece's token count. Always the mma.sync kernels,
+  // never split.
   const SeqDesc* seqs = nullptr;
   const int2* tiles = nullptr;
   int32_t n_tiles = 0;
   int32_t layer = 0;
   int32_t max_piece = 0;
-  int32_t batch_splits = 0;
 };
 // Tokens per query tile of a batched attention launch for these shapes.
 int32_t attention_batch_tile_tokens(int32_t max_piece, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim);
