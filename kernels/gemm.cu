@@ -118,11 +118,6 @@ void cluster_waves(int dev, int sms, int (&wave)[4]) {
 //                  2048 -3%; the 8B Q4_0 step 2.356 -> 2.344 / 2.347 (-0.4%). Loading a
 //                  warp's first norm weights before the wait likewise (NORMW_EARLY) made
 //                  the 8B step 2.8% slower: removed (bench/RESULTS.md)
-//  - kGemvNormLate $QSP_GEMV_NORM_LATE (off unless set: written in the thirty-second
-//                  session, not yet run on a GPU): the norm-forming integer GEMV applies
-//                  the RMSNorm's 1 / rms to its sums (GemvNormLate::kOn), so that its
-//                  first group waits for one round trip to the row, not two and a
-//                  block barrier (bench/RESULTS.md: the GEMV's longest wait is its input)
 enum class Switch {
   kWgmmaTmaW,
   kWgmmaHybrid,
@@ -132,15 +127,14 @@ enum class Switch {
   kGemvI8Stage,
   kWgmmaLoneTail,
   kGemvI8Wide,
-  kGemvResidEarly,
-  kGemvNormLate
+  kGemvResidEarly
 };
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
                             env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
                             env_default_on("QSP_WGMMA_LONE_TAIL"), env_default_on("QSP_GEMV_I8_WIDE"),
-                            env_default_on("QSP_GEMV_RESID_EARLY"), env_on("QSP_GEMV_NORM_LATE")};
+                            env_default_on("QSP_GEMV_RESID_EARLY")};
   return on[int(s)];
 }
 
@@ -299,8 +293,6 @@ bool gemv_i8_auto(WFormat f, size_t bytes) {
   }
 }
 
-bool gemv_norm_late_auto() { return switch_on(Switch::kGemvNormLate); }
-
 bool gemm_norm_in_ok(int32_t M, int32_t K) {
   return M >= 1 && M <= 8 && K >= 4 && K % 4 == 0 && K <= 8192 && int64_t(M) * K <= 16384;
 }
@@ -445,12 +437,6 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     default: return cudaErrorInvalidValue;
   }
   a.resid_early = switch_on(Switch::kGemvResidEarly) ? 1 : 0;
-  switch (g.gemv_norm_late) {
-    case GemvNormLate::kAuto: a.norm_late = switch_on(Switch::kGemvNormLate) ? 1 : 0; break;
-    case GemvNormLate::kOff: a.norm_late = 0; break;
-    case GemvNormLate::kOn: a.norm_late = 1; break;
-    default: return cudaErrorInvalidValue;
-  }
   a.o.out_h = g.out_h;
   a.o.out_f = g.out_f;
   a.o.ldo = g.ldo;

@@ -39,7 +39,6 @@ struct KArgs {
   uint32_t* i8s;    // i8: its activations formed once into this (GemmArgs::i8_stage), or null
   int32_t i8_wide;  // i8: up to 16 warps a block; 1: where the tiles are few, 2: wherever it runs (GemvI8Wide)
   int32_t resid_early;  // kAddF32 GEMV: the residual loaded before pdl_wait ($QSP_GEMV_RESID_EARLY; gemv::early_resid)
-  int32_t norm_late;    // i8 kNormIn: the RMSNorm's 1 / rms applied to the sums (GemvNormLate)
 };
 
 // ---- Tile configurations of the mma.sync kernel --------------------------------------------

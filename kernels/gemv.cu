@@ -300,14 +300,11 @@ __device__ __forceinline__ Resid early_resid(const KArgs& a, int tile) {
 
 // The warps' partial sums of tile `tile` through shared memory (red:
 // [kMaxWarps][NM][MT * 8][kRedLd] floats), then the epilogue of each output
-// (kAddF32: the first one's residual from early_resid). ss_part (the
-// integer GEMV's KArgs::norm_late): the warps' sums of x^2 of the row,
-// written before the call; the sums are scaled by the row's 1 / rms.
+// (kAddF32: the first one's residual from early_resid).
 // Called by every thread of the block.
 template <Epilogue EP, int NM, int MT>
 __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], const float (&acc)[NM][MT][4],
-                                             const KArgs& a, int tile, Resid resid,
-                                             const float* ss_part = nullptr) {
+                                             const KArgs& a, int tile, Resid resid) {
   constexpr bool kDual = EP == Epilogue::kSwiGLU;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, kw = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -320,12 +317,6 @@ __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], c
 #pragma unroll
       for (int r = 0; r < 4; ++r) red[warp][w][mt * 8 + 2 * t + (r & 1)][g + 8 * (r >> 1)] = acc[w][mt][r];
   __syncthreads();
-  float row_scale = 1.0f;
-  if (ss_part) {
-    float t = 0.0f;
-    for (int w = 0; w < kw; ++w) t += ss_part[w];
-    row_scale = 1.0f / sqrtf(t / float(a.K) + a.xin_eps);
-  }
   for (int e = threadIdx.x; e < MT * 8 * 16; e += blockDim.x) {
     const int m = e / 16, nl = e % 16, n = tile * 16 + nl;
     if (m >= M || n >= N) continue;
@@ -333,10 +324,6 @@ __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], c
     for (int w = 0; w < kw; ++w) {
       s0 += red[w][0][m][nl];
       if (kDual) s1 += red[w][NM - 1][m][nl];
-    }
-    if (ss_part) {
-      s0 *= row_scale;
-      s1 *= row_scale;
     }
     const size_t i = size_t(m) * size_t(a.o.ldo) + size_t(n);
     if (EP == Epilogue::kAddF32 && a.resid_early && e == int(threadIdx.x))
@@ -350,13 +337,9 @@ __device__ __forceinline__ void reduce_store(float (*red)[NM][MT * 8][kRedLd], c
 // (M = 1) input into this warp's words `st` (i8::kGroupWords: the words and
 // the step sums, the warp's after a __syncwarp) and returns its scale sx. The
 // input is x (the previous kernel's fp16 output) or, kNormIn, the RMSNorm of
-// a.xin with 1 / rms `nscale`, rounded to fp16 as norm_prologue does; or,
-// kNormIn and `late` (KArgs::norm_late), x * w in fp32 with the row's scale
-// left out (the group's codes do not depend on a common factor) and the
-// lane's sum of x^2 added to `ss` for the epilogue's scale.
+// a.xin with 1 / rms `nscale`, rounded to fp16 as norm_prologue does.
 template <class I, bool kNormIn>
-__device__ __forceinline__ float stage_i8(const KArgs& a, int j, float nscale, const i8::StageLane& sl, uint32_t* st,
-                                          bool late, float& ss) {
+__device__ __forceinline__ float stage_i8(const KArgs& a, int j, float nscale, const i8::StageLane& sl, uint32_t* st) {
   float v[8];
   // Columns i, i + 1 (adjacent) of the lane's eight; K % 32 == 0: a pair is
   // in or out, and only a last group of Q4_0's may be partial.
@@ -365,10 +348,6 @@ __device__ __forceinline__ float stage_i8(const KArgs& a, int j, float nscale, c
     if constexpr (kNormIn) {
       const float2 x = *reinterpret_cast<const float2*>(a.xin + col);
       const float2 w = *reinterpret_cast<const float2*>(a.xin_w + col);
-      if (late) {
-        ss = fmaf(x.y, x.y, fmaf(x.x, x.x, ss));
-        return make_float2(x.x * w.x, x.y * w.y);
-      }
       return __half22float2(__floats2half2_rn(x.x * nscale * w.x, x.y * nscale * w.y));
     } else {
       uint32_t r;
@@ -472,8 +451,7 @@ __global__ void __launch_bounds__(gemv::kMaxWarps * 32) stage_i8_kernel(const KA
   const int groups = (a.KC + 3) / 4, j = int(blockIdx.x) * gemv::kMaxWarps + warp;
   if (j >= groups) return;
   uint32_t* st = a.i8s + size_t(j) * i8::kStagedWords;
-  float unused = 0.0f;
-  const float sx = gemv::stage_i8<I, kNormIn>(a, j, nscale, i8::stage_lane(lane), st, false, unused);
+  const float sx = gemv::stage_i8<I, kNormIn>(a, j, nscale, i8::stage_lane(lane), st);
   if (lane == 0) st[i8::kGroupWords] = __float_as_uint(sx);
 }
 
@@ -522,16 +500,6 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == gemv::kMaxWarps ? 3 : 2
   bool first = true;
   const gemv::Resid resid = gemv::early_resid<EP, 1>(a, tile);
   const int groups = (a.KC + 3) / 4;
-  // KArgs::norm_late: the RMSNorm's 1 / rms applied to the sums, from the
-  // x^2 the warps add up while they stage their groups (a block's warps
-  // stage every group of the row), instead of norm_scale's pass over the
-  // row and block barrier before the first group.
-  // Not in Q6_K's SwiGLU kernel: at the 80-register cap it would spill 12
-  // bytes (ptxas); it keeps the norm first.
-  constexpr bool kLateOk = kNormIn && !(kDual && F == WFormat::kQ6_K);
-  const bool late = kLateOk && a.norm_late;
-  float ss = 0.0f;
-  __shared__ float ss_part[kWarps];
   for (int j = warp; j < groups; j += kw) {
     typename I::Acc acc[NM] = {};
     float sx = 0.0f;
@@ -557,15 +525,14 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == gemv::kMaxWarps ? 3 : 2
         if (first) {
           pdl_wait();
           pdl_launch_dependents();
-          if constexpr (kNormIn)
-            if (!late) nscale = gemv::norm_scale(a, 0);
+          if constexpr (kNormIn) nscale = gemv::norm_scale(a, 0);
           first = false;
         }
         __syncwarp();  // the previous group's words are read
         if constexpr (kPre)
           sx = gemv::copy_staged(a, j, lane, st);
         else
-          sx = gemv::stage_i8<I, kNormIn>(a, j, nscale, sl, st, late, ss);
+          sx = gemv::stage_i8<I, kNormIn>(a, j, nscale, sl, st);
         __syncwarp();
       }
 #pragma unroll
@@ -615,12 +582,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == gemv::kMaxWarps ? 3 : 2
       accs[w][0][2 * p + 1] = 0.0f;
     }
   }
-  if (late) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if (lane == 0) ss_part[warp] = ss;  // read after reduce_store's barrier
-  }
-  gemv::reduce_store<EP, NM, 1>(red, accs, a, tile, resid, late ? ss_part : nullptr);
+  gemv::reduce_store<EP, NM, 1>(red, accs, a, tile, resid);
 }
 
 // grid = (tiles); block = 32 * kw threads, kw <= MaxW warps that split the

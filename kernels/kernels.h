@@ -157,19 +157,6 @@ enum class GemvI8Stage : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 //  kOff: up to 8 (three blocks an SM).
 // The two differ within fp32 rounding (the order of the warps' sums).
 enum class GemvI8Wide : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
-// Where the integer GEMV that forms its input's RMSNorm (norm_in_x) applies
-// the norm's 1 / rms (GemmArgs::gemv_norm_late):
-//  kAuto: as kOn where $QSP_GEMV_NORM_LATE=1 (off until measured), else kOff.
-//  kOn: to its sums, from the x^2 its warps add up while they stage the
-//       row (x * w quantized in fp32; the codes of a 256-column group do not
-//       depend on a common factor): no pass over the row and no block
-//       barrier before the first group.
-//  kOff: to the activations first, rounded to fp16: the bits of rmsnorm_f16
-//        and the same GEMV.
-// The two differ within the activations' fp16 rounding (kOn has none) and
-// the order of the x^2 sums. No effect on other GEMVs, nor on Q6_K's
-// gate | up (SwiGLU), whose kernel is at its register cap: always kOff.
-enum class GemvNormLate : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
 
 struct GemmArgs {
   const __half* x = nullptr;  // [M][K], row stride ldx (>= K)
@@ -220,14 +207,10 @@ struct GemmArgs {
   GemvI8Stage gemv_i8_stage = GemvI8Stage::kAuto;
   // Tests and benchmarks: the integer GEMV's warps a block (GemvI8Wide).
   GemvI8Wide gemv_i8_wide = GemvI8Wide::kAuto;
-  // Tests and benchmarks: where the norm-forming integer GEMV applies the
-  // RMSNorm's scale (GemvNormLate).
-  GemvNormLate gemv_norm_late = GemvNormLate::kAuto;
   // Optional, the GEMV only (gemm_norm_in_ok(M, K)):
   // the input is not x (ignored, may be null) but the RMSNorm of the fp32
   // rows norm_in_x ([M][K], row stride norm_in_ldx), half(norm_in_x[m][i] *
-  // scale_m * norm_in_w[i]), bit for bit what rmsnorm_f16 writes (unless
-  // the integer GEMV applies scale_m late: GemvNormLate), formed
+  // scale_m * norm_in_w[i]), bit for bit what rmsnorm_f16 writes, formed
   // by every block in its prologue while its first weight loads are in
   // flight: the decode step's RMSNorms without launches of their own
   // ($QSP_NORM_IN in the CUDA backend).
@@ -241,9 +224,6 @@ struct GemmArgs {
 // M rows of K: M <= 8, K % 4 == 0, K <= 8192 (rmsnorm_f16's register path),
 // M x K <= 16384 (the normed rows live in the block's shared memory as fp16).
 bool gemm_norm_in_ok(int32_t M, int32_t K);
-// Whether GemvNormLate::kAuto takes kOn in this process ($QSP_GEMV_NORM_LATE):
-// then the norm-forming integer GEMV does not give rmsnorm_f16's bits.
-bool gemv_norm_late_auto();
 
 // Whether the GEMV can stage M rows of K activations in shared memory
 // (StageX::kOn): M <= 8, K % 8 == 0, M x K <= 16384.

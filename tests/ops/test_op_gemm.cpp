@@ -212,7 +212,6 @@ struct DecodeUses {
     GemmArgs g;
     g.M = 1;
     g.gemv_i8 = qsp::kern::GemvI8::kOn;
-    g.gemv_norm_late = qsp::kern::GemvNormLate::kOff;  // the stage kernel's norm: rmsnorm_f16's bits
     dw.into(g, swiglu, true);
     if (v == 4) g.ep = Epilogue::kAddF32;
     if (v == 5) g.ep = Epilogue::kStoreF16;
@@ -289,9 +288,6 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
         // never run the 16-warp kernel ($QSP_GEMV_I8_WIDE), whose sums are
         // ordered otherwise (its own test compares it with 8).
         g.gemv_i8_wide = qsp::kern::GemvI8Wide::kOff;
-        // The norm first, rounded to fp16, whatever $QSP_GEMV_NORM_LATE says:
-        // the late scale is compared with the CPU in its own test below.
-        g.gemv_norm_late = qsp::kern::GemvNormLate::kOff;
         // One gemm() into `out` with the activations read as `sx`.
         auto run_into = [&](DevBuf& out, qsp::kern::StageX sx) {
           point_out(g, out, swiglu);
@@ -362,110 +358,6 @@ TEST_CASE("op gemm: the GEMV that forms its input's RMSNorm equals rmsnorm + GEM
   CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));  // and the valid form runs
   CUDA_REQUIRE(cudaGetLastError());
   CUDA_REQUIRE(cudaDeviceSynchronize());
-}
-
-// GemmArgs::gemv_norm_late = kOn: the norm-forming integer GEMV applies the
-// RMSNorm's 1 / rms to its sums (the x^2 added up while its warps stage
-// the row). Against the CPU ops on the exact norm (double; no fp16
-// rounding of the normed row): Q | K | V as a row group (fp32 out) and
-// gate | up (SwiGLU), every format the integer GEMV serves, K from 256 to
-// 8192 with a partial last group (Q4_0, 1056), a residual of realistic
-// scale with two "massive activation" entries whose x * w exceeds fp16's
-// range (the late path never rounds x * w to fp16). Q6_K's gate | up keeps
-// the norm first (its register cap) and must pass the same check.
-TEST_CASE("op gemm: the integer GEMV with the RMSNorm's scale applied to its sums follows the CPU",
-          "[gpu][gemm][gemv][i8][fuse]") {
-  QSP_REQUIRE_GPU();
-  uint64_t seed = 5450;
-  const std::vector<std::pair<int32_t, int64_t>> cases = {
-      {QSP_DTYPE_Q4_0, 4096}, {QSP_DTYPE_Q4_0, 1056}, {QSP_DTYPE_Q8_0, 4096}, {QSP_DTYPE_Q4_K, 4096},
-      {QSP_DTYPE_Q4_K, 2048}, {QSP_DTYPE_Q6_K, 1024}, {QSP_DTYPE_Q2_K, 8192}, {QSP_DTYPE_Q3_K, 256},
-      {QSP_DTYPE_Q5_K, 1024}, {QSP_DTYPE_Q5_0, 256},  {QSP_DTYPE_Q4_1, 1024}, {QSP_DTYPE_Q5_1, 1024},
-  };
-  const float eps = 1e-6f;
-  for (const auto& [dt, K] : cases) {
-    const int64_t N = DecodeWeights::kN;
-    const DecodeWeights dw(dt, K, seed);
-    REQUIRE(qsp::kern::gemm_gemv_i8_ok(dw.gate.dw.fmt, 1));
-    REQUIRE(qsp::kern::gemm_norm_in_ok(1, int32_t(K)));
-    Rng rng(seed++);
-    std::vector<float> nw(static_cast<size_t>(K)), resid(static_cast<size_t>(K));
-    for (float& v : nw) v = 1.0f + 0.3f * rng.normal();
-    for (float& v : resid) v = 3.0f * rng.normal();
-    resid[7] = 7.0e4f;                    // x * w beyond 65504
-    resid[size_t(K) / 2 + 3] = -9.0e4f;
-    nw[7] = 1.5f;
-    nw[size_t(K) / 2 + 3] = 1.2f;
-    DevBuf dnw(nw.size() * 4), dres(resid.size() * 4);
-    dnw.upload(nw);
-    dres.upload(resid);
-    // The CPU side: the exact norm, then the CPU ops.
-    double ss = 0.0;
-    for (float v : resid) ss += double(v) * v;
-    const double scale = 1.0 / std::sqrt(ss / double(K) + double(eps));
-    std::vector<float> xn(static_cast<size_t>(K));
-    for (int64_t i = 0; i < K; ++i) xn[size_t(i)] = float(double(resid[size_t(i)]) * scale * nw[size_t(i)]);
-    for (const bool swiglu : {false, true}) {
-      std::vector<float> want(static_cast<size_t>(N));
-      if (swiglu) {
-        std::vector<float> g(static_cast<size_t>(N)), u(static_cast<size_t>(N));
-        qsp::cpu::matmul(dw.gate.cpu(), xn.data(), 1, g.data(), N, cpu_pool());
-        qsp::cpu::matmul(dw.up.cpu(), xn.data(), 1, u.data(), N, cpu_pool());
-        qsp::cpu::swiglu(g.data(), u.data(), want.data(), N, cpu_pool());
-      } else {
-        qsp::cpu::matmul(dw.wq.cpu(), xn.data(), 1, want.data(), dw.wq.N, cpu_pool());
-        qsp::cpu::matmul(dw.wk.cpu(), xn.data(), 1, want.data() + dw.wq.N, dw.wk.N, cpu_pool());
-        qsp::cpu::matmul(dw.wv.cpu(), xn.data(), 1, want.data() + dw.wq.N + dw.wk.N, dw.wv.N, cpu_pool());
-      }
-      DevBuf out(size_t(N) * 4);
-      out.poison();
-      GemmArgs g;
-      g.M = 1;
-      g.gemv_i8 = qsp::kern::GemvI8::kOn;
-      g.gemv_norm_late = qsp::kern::GemvNormLate::kOn;
-      dw.into(g, swiglu, true);
-      g.norm_in_x = dres.as<float>();
-      g.norm_in_ldx = int32_t(K);
-      g.norm_in_w = dnw.as<float>();
-      g.norm_in_eps = eps;
-      g.ldo = int32_t(N);
-      point_out(g, out, swiglu);
-      CUDA_REQUIRE(qsp::kern::gemm(g, nullptr));
-      CUDA_REQUIRE(cudaDeviceSynchronize());
-      std::vector<double> got(static_cast<size_t>(N));
-      if (swiglu) {
-        const std::vector<uint16_t> h = out.download<uint16_t>();
-        for (int64_t n = 0; n < N; ++n) got[size_t(n)] = qsp::fp16_to_fp32(h[size_t(n)]);
-      } else {
-        const std::vector<float> f = out.download<float>();
-        for (int64_t n = 0; n < N; ++n) got[size_t(n)] = f[size_t(n)];
-      }
-      INFO(qsp_dtype_name(dt) << " K=" << K << (swiglu ? " gate|up" : " q|k|v"));
-      RelL2 err;
-      size_t bad = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        bad += !std::isfinite(got[size_t(n)]);
-        err.add(got[size_t(n)], want[size_t(n)]);
-      }
-      INFO("rel L2 " << err.value() << ", max abs err " << err.max_abs);
-      CHECK(bad == 0);
-      CHECK(err.value() <= 2e-3);
-    }
-  }
-  // An out-of-range value is refused.
-  const DecodeWeights dw(QSP_DTYPE_Q4_0, 256, seed);
-  DevBuf res(256 * 4), nwb(256 * 4), out(size_t(DecodeWeights::kN) * 4);
-  GemmArgs g;
-  g.M = 1;
-  dw.into(g, false, true);
-  g.norm_in_x = res.as<float>();
-  g.norm_in_ldx = 256;
-  g.norm_in_w = nwb.as<float>();
-  g.ldo = int32_t(DecodeWeights::kN);
-  g.out_f = out.as<float>();
-  g.gemv_norm_late = static_cast<qsp::kern::GemvNormLate>(7);
-  CHECK(qsp::kern::gemm(g, nullptr) == cudaErrorInvalidValue);
-  CUDA_REQUIRE(cudaGetLastError());
 }
 
 // GemmArgs::gemv_stage_x = kOn: the GEMV's activations staged in shared
