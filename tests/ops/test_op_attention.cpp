@@ -4,6 +4,9 @@
 // without scratch, each kernel family forced, GQA groups 1, 2, 4, 5, 8 and
 // MQA, head_dim 64 and 128, CUDA graph replay at moving positions. A case is
 // one line: {head_dim, n_heads, n_kv_heads, M, past, max_seq}.
+#include <array>
+#include <memory>
+
 #include "kernels/pdl.h"
 #include "ops/attention_check.h"
 
@@ -426,6 +429,93 @@ TEST_CASE("op attention: the cluster kernel with qk_rope folded in gives qk_rope
   r = rig.rope_args(d_qkv.as<float>(), 48 * 128 - 1, nullptr, nullptr, QSP_ROPE_NEOX);  // ld too short
   CHECK(kern::attention(a, nullptr) == cudaErrorInvalidValue);
   CUDA_REQUIRE(cudaGetLastError());
+}
+
+// A batched pass (AttnArgs::seqs) of decode-sized pieces, each with its own
+// cache, position and length: every row the CPU op's for its piece, every
+// element finite. (The model tests check batches end to end; this one
+// checks the launch alone, on caches of different sizes side by side.)
+TEST_CASE("op attention: a batched pass's decode pieces follow the CPU op",
+          "[gpu][attention][batch][sanitize]") {
+  QSP_REQUIRE_GPU();
+  Rng rng(7341);
+  struct Shape {
+    int head_dim, n_heads, n_kv_heads;
+  };
+  for (const Shape sh : {Shape{128, 32, 8}, Shape{128, 16, 8}, Shape{64, 8, 8}}) {
+    const int group = sh.n_heads / sh.n_kv_heads, D = sh.head_dim;
+    // Pieces: {tokens, past, max_seq}; at most 16 / group tokens (decode-sized tiles).
+    const int most = std::max(1, 16 / group);
+    const std::vector<std::array<int, 3>> pieces = {{1, 0, 64},   {1, 1, 40},     {most, 37, 300}, {1, 512, 600},
+                                                    {1, 1000, 1100}, {std::min(3, most), 130, 200}, {1, 63, 64}};
+    INFO("head_dim " << D << ", heads " << sh.n_heads << "/" << sh.n_kv_heads);
+    std::vector<AttnData> data;
+    std::vector<std::unique_ptr<DevBuf>> caches;
+    std::vector<kern::SeqDesc> seqs;
+    std::vector<uint16_t> q_all;
+    int M = 0, max_piece = 0;
+    for (const auto& pc : pieces) {
+      data.emplace_back(AttnCase{D, sh.n_heads, sh.n_kv_heads, pc[0], pc[1], pc[2]}, rng);
+      const AttnData& d = data.back();
+      caches.push_back(std::make_unique<DevBuf>(d.k.size() * 2));
+      caches.push_back(std::make_unique<DevBuf>(d.v.size() * 2));
+      caches[caches.size() - 2]->upload(d.k);
+      caches.back()->upload(d.v);
+      kern::SeqDesc sd;
+      sd.k_cache = caches[caches.size() - 2]->as<__half>();
+      sd.v_cache = caches.back()->as<__half>();
+      sd.max_seq = pc[2];
+      sd.past = pc[1];
+      sd.start = M;
+      sd.n = pc[0];
+      seqs.push_back(sd);
+      q_all.insert(q_all.end(), d.q.begin(), d.q.end());
+      M += pc[0];
+      max_piece = std::max(max_piece, pc[0]);
+    }
+    const int tile = kern::attention_batch_tile_tokens(max_piece, sh.n_heads, sh.n_kv_heads, D);
+    REQUIRE(tile >= 1);
+    std::vector<int2> tiles;
+    for (size_t i = 0; i < pieces.size(); ++i)
+      for (int t = 0; t < pieces[i][0]; t += tile) tiles.push_back(make_int2(int(i), t));
+    DevBuf d_q(q_all.size() * 2), d_out(q_all.size() * 2), d_seqs(seqs.size() * sizeof(kern::SeqDesc)),
+        d_tiles(tiles.size() * sizeof(int2));
+    d_q.upload(q_all);
+    d_seqs.upload(seqs);
+    d_tiles.upload(tiles);
+    {
+      kern::AttnArgs a;
+      a.q = d_q.as<__half>();
+      a.out = d_out.as<__half>();
+      a.M = M;
+      a.n_heads = sh.n_heads;
+      a.n_kv_heads = sh.n_kv_heads;
+      a.head_dim = D;
+      a.scale = 1.0f / std::sqrt(float(D));
+      a.seqs = d_seqs.as<kern::SeqDesc>();
+      a.tiles = d_tiles.as<int2>();
+      a.n_tiles = int32_t(tiles.size());
+      a.max_piece = max_piece;
+      d_out.poison();
+      CUDA_REQUIRE(kern::attention(a, nullptr));
+      CUDA_REQUIRE(cudaDeviceSynchronize());
+      const std::vector<uint16_t> out = d_out.download<uint16_t>();
+      size_t not_finite = 0;
+      for (uint16_t h : out) not_finite += !h_is_finite(h);
+      REQUIRE(not_finite == 0);
+      const size_t row = size_t(sh.n_heads) * D;
+      RelL2 err;
+      for (size_t i = 0; i < pieces.size(); ++i)
+        for (int m = 0; m < pieces[i][0]; ++m) {
+          const std::vector<float> want = data[i].cpu_row(m, pieces[i][1]);
+          for (size_t e = 0; e < want.size(); ++e)
+            err.add(qsp::fp16_to_fp32(out[(size_t(seqs[i].start) + m) * row + e]), want[e]);
+        }
+      INFO("relative L2 error " << err.value() << ", max abs error " << err.max_abs);
+      CHECK(err.value() < 2e-3);
+      CHECK(err.max_abs < 2e-2);
+    }
+  }
 }
 
 TEST_CASE("op attention: rejects unsupported arguments", "[gpu][attention]") {
