@@ -3,7 +3,7 @@
 // streamed by TMA as the B operand. Built only as sm_90a machine code (see
 // CMakeLists.txt); kernels/gemm.cu calls it through kernels/gemm_wgmma.h.
 // The per-format part (a stage's smem -> A fragments) is the format's
-// WTraits::wg_frags (kernels/formats/); formats without kWgmma never get here.
+// WTraits::wg_raw + wg_decode (kernels/formats/); formats without kWgmma never get here.
 //
 // Block: two consumer warpgroups and one producer warpgroup (384 threads;
 // setmaxnreg moves registers from the producer, 40, to the consumers, 232).
@@ -17,7 +17,7 @@
 //    Args::tma_w, one tensor-map copy of each array per matrix: WMaps), all
 //    completing on the stage's "full" mbarrier.
 //  - A consumer warp reads its lane word (one LDS.128 for Q4_0, two for Q8_0)
-//    and its scales (WTraits::wg_frags), decodes the four k steps' A fragments (the mma.sync A
+//    and its scales (WTraits::wg_raw), decodes the four k steps' A fragments (the mma.sync A
 //    fragment layout is wgmma's per-warp A layout) and issues four
 //    wgmma.m64nBTk16 with B from the swizzled X tile, waits for them and
 //    hands the slot back through its "empty" mbarrier (one arrive per warp).
@@ -284,8 +284,11 @@ __global__ void __launch_bounds__(kThreads, MinB)
   float acc[BT / 2];
 #pragma unroll
   for (int i = 0; i < BT / 2; ++i) acc[i] = 0.0f;
-  // Chunk kt's slot: its A fragments decoded into A (waits for the slot to land).
-  auto decode = [&](int kt, uint32_t(&A)[4][4]) {
+  // Chunk kt's slot: the lane's words of it (WTraits::wg_raw; waits for the
+  // slot to land), and its A fragments decoded from them.
+  using Traits = WTraits<F>;
+  using Raw = typename Traits::Raw;
+  auto load = [&](int kt, Raw& r) {
     const int slot = kt % kS;
 #if defined(QSP_WGMMA_PROBE)
     if (kt == 0)
@@ -294,8 +297,12 @@ __global__ void __launch_bounds__(kThreads, MinB)
 #endif
       QSP_PROBE(kProbeFull, mbar_wait(full0 + 8 * slot, (kt / kS) & 1));
     const uint32_t st = base + slot * L::kStage;
-    QSP_PROBE(kProbeDecode, WTraits<F>::wg_frags(st + L::kXBytes + v * L::kUnit,
-                                                  st + L::kXBytes + L::kQBytes + v * L::kSUnit, lane, A));
+    Traits::wg_raw(st + L::kXBytes + v * L::kUnit, st + L::kXBytes + L::kQBytes + v * L::kSUnit, lane, r);
+  };
+  auto decode = [&](int kt, uint32_t(&A)[4][4]) {
+    Raw r;
+    load(kt, r);
+    QSP_PROBE(kProbeDecode, wg_decode<Traits>(r, A));
   };
   // Chunks kt .. kt + N - 1's four wgmmas each on A[0 .. N - 1], committed as
   // one group (not waited for).
@@ -318,10 +325,10 @@ __global__ void __launch_bounds__(kThreads, MinB)
       for (int s = 0; s < 4; ++s) Mma<BT>::run(acc, A[j][s], desc[j][s]);
     wgmma_commit();
   };
-  // Every lane's reads of chunk kt's slot (wg_frags) done: hand it back.
+  // Every lane's reads of chunk kt's slot (wg_raw) done: hand it back.
   auto release = [&](int kt) {
     const int slot = kt % kS;
-    // Every lane's reads of the slot (wg_frags) before lane 0 hands it back
+    // Every lane's reads of the slot (wg_raw) before lane 0 hands it back
     // (bar.warp.sync orders them before lane 0's release-arrive). racecheck
     // does not follow that chain and reports WAR hazards between lanes 1..31's
     // LDS and the producer's next bulk copy into the slot; a named barrier of
@@ -345,18 +352,44 @@ __global__ void __launch_bounds__(kThreads, MinB)
   // kernels were dropped), one for the others.
   constexpr bool kPair = BT == kTokTileTiny;
   constexpr int kRound = kPair ? 2 : 1;
+  // Args::ahead (one block an SM only: the two-per-SM kernel has 104
+  // registers): the next round's words loaded (their full-barrier waits and
+  // shared loads) while this round's wgmmas run, into registers that are
+  // not wgmma operands; only the decode stays between a round's wait and
+  // the next issue. The slots a round ahead were filled before this round's
+  // release: kS >= 2 kRound.
+  constexpr bool kAheadOk = MinB == 1 && kS >= 2 * kRound;
   int kt = 0;
-  for (; kt + kRound <= nk; kt += kRound) {
-    uint32_t A[kRound][4][4];
+  if (kAheadOk && a.ahead && nk >= kRound) {
+    Raw R[kRound];
 #pragma unroll
-    for (int j = 0; j < kRound; ++j) decode(kt + j, A[j]);
-    issue(kt, A);
-    // Waiting for this round's group before decoding the next one keeps
-    // ptxas from serializing the wgmmas (C7513: registers defined while a
-    // group is in flight); the other warpgroup's group covers the gap.
-    QSP_PROBE(kProbeMma, wgmma_wait<0>());
+    for (int j = 0; j < kRound; ++j) load(j, R[j]);
+    for (; kt + kRound <= nk; kt += kRound) {
+      uint32_t A[kRound][4][4];
 #pragma unroll
-    for (int j = 0; j < kRound; ++j) release(kt + j);
+      for (int j = 0; j < kRound; ++j) QSP_PROBE(kProbeDecode, wg_decode<Traits>(R[j], A[j]));
+      issue(kt, A);
+      if (kt + 2 * kRound <= nk) {
+#pragma unroll
+        for (int j = 0; j < kRound; ++j) load(kt + kRound + j, R[j]);
+      }
+      QSP_PROBE(kProbeMma, wgmma_wait<0>());
+#pragma unroll
+      for (int j = 0; j < kRound; ++j) release(kt + j);
+    }
+  } else {
+    for (; kt + kRound <= nk; kt += kRound) {
+      uint32_t A[kRound][4][4];
+#pragma unroll
+      for (int j = 0; j < kRound; ++j) decode(kt + j, A[j]);
+      issue(kt, A);
+      // Waiting for this round's group before decoding the next one keeps
+      // ptxas from serializing the wgmmas (C7513: registers defined while a
+      // group is in flight); the other warpgroup's group covers the gap.
+      QSP_PROBE(kProbeMma, wgmma_wait<0>());
+#pragma unroll
+      for (int j = 0; j < kRound; ++j) release(kt + j);
+    }
   }
   if constexpr (kRound > 1) {
     for (; kt < nk; ++kt) {

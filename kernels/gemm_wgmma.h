@@ -43,6 +43,11 @@ struct Args {
   // 100 KB of shared memory: two blocks hide each other's per-chunk latency
   // where the grid is below a wave; forced only, GemmArgs::wg_per_sm).
   int32_t per_sm = 1;
+  // Nonzero: a consumer loads the next round's words of its tile (the
+  // full-barrier waits and shared loads) while the current round's wgmmas
+  // run, not after their wait (kernels at one block per SM only; the same
+  // bits). GemmArgs::wgmma_ahead / $QSP_WGMMA_AHEAD; off until measured.
+  int32_t ahead = 0;
 };
 
 // The tile constants kTokTileLarge / kTokTileSmall (token rows per block) and

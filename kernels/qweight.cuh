@@ -48,7 +48,8 @@ namespace kern {
 //   ldg_raw() / ldg_rows()  global -> Raw for the GEMV (tiled / row-major)
 //   frags()           Raw, k step s -> four decoded f16x2 (order below)
 //  wgmma GEMM (kWgmma)
-//   wg_frags()        a stage's smem -> the A fragments of all four k steps
+//   wg_raw()          a stage's smem -> Raw of one chunk (formats.cuh's wg_decode
+//                     makes the A fragments of its four k steps through frags())
 //  Embedding
 //   load8()           dequantized columns [col8, col8 + 8) of one row
 template <WFormat F>

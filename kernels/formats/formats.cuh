@@ -34,6 +34,26 @@ R dispatch_format(WFormat f, R fallback, Fn&& fn) {
   return fallback;
 }
 
+// The wgmma GEMM's A fragments (kernels/gemm_wgmma.cu) of one chunk's four
+// k steps from a lane's words (T::wg_raw: the stage's smem -> Raw), decoded
+// as the mma.sync GEMM decodes them (T::frags), in wgmma's per-warp A order.
+// Apart, so that the kernel may load a chunk's words ahead of decoding them.
+template <class T>
+__device__ __forceinline__ void wg_decode(const typename T::Raw& r, uint32_t (&A)[4][4]) {
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    uint32_t f[4];
+    T::frags(r, s, f);
+    A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
+  }
+}
+template <class T>
+__device__ __forceinline__ void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
+  typename T::Raw r;
+  T::wg_raw(q_tile, s_tile, lane, r);
+  wg_decode<T>(r, A);
+}
+
 // Dequantized columns [col8, col8 + 8) of `row` of w, whatever its format
 // (embed, debugging); col8 % 8 == 0.
 __device__ inline void load8(const DWeight& w, int64_t row, int64_t col8, float (&out)[8]) {

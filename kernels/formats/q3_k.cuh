@@ -142,18 +142,11 @@ struct WTraits<WFormat::kQ3_K> {
   }
 
   // ---- wgmma GEMM -------------------------------------------------------------------------
-  __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
-    Raw r;
+  __device__ __forceinline__ static void wg_raw(uint32_t q_tile, uint32_t s_tile, int lane, Raw& r) {
     lds64(r.q[0], r.q[1], q_tile + lane * 8);
     lds32(r.h, q_tile + 256 + lane * 4);
     lds64(r.sc[0], r.sc[1], s_tile + (lane >> 2) * 8);
     lds32(r.d, s_tile + 64 + (lane >> 2) * 4);
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      uint32_t f[4];
-      frags(r, s, f);
-      A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
-    }
   }
 
   // ---- Embedding --------------------------------------------------------------------------

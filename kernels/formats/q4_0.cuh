@@ -108,19 +108,14 @@ struct WTraits<WFormat::kQ4_0> {
   __device__ static void frags(const Raw& r, int s, uint32_t (&f)[4]) { qw::dq_q4(r.q[s], r.s[s >> 1], f); }
 
   // ---- wgmma GEMM -------------------------------------------------------------------------
-  // A fragments of the four k steps of one chunk for the warp's tile, from
-  // the stage's smem (q_tile: the tile's unit, s_tile: its scales).
-  __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
-    uint32_t q[4], sc[2];
-    lds128(q[0], q[1], q[2], q[3], q_tile + lane * 16);
-    lds64(sc[0], sc[1], s_tile + (lane >> 2) * 8);
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      uint32_t f[4];
-      qw::dq_q4(q[s], sc[s >> 1], f);
-      A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
-    }
+  // A lane's words of one chunk for the warp's tile, from the stage's smem
+  // (q_tile: the tile's unit, s_tile: its scales); wg_decode (formats.cuh)
+  // turns them into the A fragments of the four k steps.
+  __device__ __forceinline__ static void wg_raw(uint32_t q_tile, uint32_t s_tile, int lane, Raw& r) {
+    lds128(r.q[0], r.q[1], r.q[2], r.q[3], q_tile + lane * 16);
+    lds64(r.s[0], r.s[1], s_tile + (lane >> 2) * 8);
   }
+
 
   // ---- Embedding --------------------------------------------------------------------------
   // Dequantizes cols [col8, col8 + 8) of `row`; col8 % 8 == 0. Those 8

@@ -81,17 +81,10 @@ struct WTraits<WFormat::kQ4_1> {
   }
 
   // ---- wgmma GEMM -------------------------------------------------------------------------
-  __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
-    Raw r;
+  __device__ __forceinline__ static void wg_raw(uint32_t q_tile, uint32_t s_tile, int lane, Raw& r) {
     lds128(r.q[0], r.q[1], r.q[2], r.q[3], q_tile + lane * 16);
     lds64(r.s[0], r.s[1], s_tile + (lane >> 2) * 8);
     lds64(r.m[0], r.m[1], s_tile + qw::kScaleUnitBytes + (lane >> 2) * 8);
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      uint32_t f[4];
-      frags(r, s, f);
-      A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
-    }
   }
 
   // ---- Embedding --------------------------------------------------------------------------

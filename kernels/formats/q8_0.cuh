@@ -85,18 +85,12 @@ struct WTraits<WFormat::kQ8_0> {
   }
 
   // ---- wgmma GEMM -------------------------------------------------------------------------
-  __device__ __forceinline__ static void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
-    uint32_t q[2][4], sc[2];
+  __device__ __forceinline__ static void wg_raw(uint32_t q_tile, uint32_t s_tile, int lane, Raw& r) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) lds128(q[h][0], q[h][1], q[h][2], q[h][3], q_tile + h * 512 + lane * 16);
-    lds64(sc[0], sc[1], s_tile + (lane >> 2) * 8);
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      uint32_t f[4];
-      qw::dq_q8(q[s >> 1][s & 1], q[s >> 1][2 + (s & 1)], sc[s >> 1], f);
-      A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
-    }
+    for (int h = 0; h < 2; ++h) lds128(r.q[h][0], r.q[h][1], r.q[h][2], r.q[h][3], q_tile + h * 512 + lane * 16);
+    lds64(r.s[0], r.s[1], s_tile + (lane >> 2) * 8);
   }
+
 
   // ---- Embedding --------------------------------------------------------------------------
   // Dequantizes cols [col8, col8 + 8) of `row` (see WTraits<kQ4_0>::load8).

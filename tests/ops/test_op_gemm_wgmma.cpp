@@ -155,6 +155,80 @@ TEST_CASE("op gemm: the wgmma kernel's weights by tensor-map copies", "[gpu][gem
   }
 }
 
+// GemmArgs::wgmma_ahead = kOn: the consumers load the next round's words
+// while the current round's wgmmas run. The same arithmetic on the same
+// words, so the same bits as kOff: every format, every epilogue, the three
+// token tiles (the 64-token one's pairs of chunks and its lone last round:
+// 9 chunks), unsplit and split (a rank with one chunk: no round ahead), by
+// tensor maps and per tile; the two-per-SM kernel ignores it. Then the
+// refusal of an unknown value.
+TEST_CASE("op gemm: the wgmma kernel's words a round ahead give the same bits", "[gpu][gemm][wgmma]") {
+  QSP_REQUIRE_GPU();
+  if (!wgmma_here()) return;
+  using qsp::kern::WgmmaAhead;
+  uint64_t seed = 7400;
+  int runs = 0;
+  for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1, QSP_DTYPE_Q2_K,
+                     QSP_DTYPE_Q3_K, QSP_DTYPE_Q4_K, QSP_DTYPE_Q5_K, QSP_DTYPE_Q6_K}) {
+    const bool kq = dt != QSP_DTYPE_Q4_0 && dt != QSP_DTYPE_Q8_0 && dt != QSP_DTYPE_Q4_1 && dt != QSP_DTYPE_Q5_0 &&
+                    dt != QSP_DTYPE_Q5_1;
+    const int64_t N = 300, K = kq ? 2304 : 576;  // 36 or 9 chunks
+    OpWeight w(dt, N, K, seed++), w2(dt, N, K, seed++);
+    for (int M : {17, 64, 130}) {
+      const OpActs x(M, int(K), int(K), seed++);
+      for (Epilogue ep : {Epilogue::kStoreF16, Epilogue::kStoreF32, Epilogue::kAddF32, Epilogue::kSwiGLU})
+        for (int tile : {256, 128, 64})
+          for (int ks : {1, 8})
+            for (int per_sm : {0, 2}) {
+              if (per_sm == 2 && tile != 64) continue;
+              const WgmmaWeights weights = (runs++ % 2) ? WgmmaWeights::kPerTile : WgmmaWeights::kAuto;
+              INFO(qsp_dtype_name(dt) << " M " << M << " " << ep_name(ep) << " tile " << tile << " splits " << ks
+                                      << " per SM " << per_sm << " weights " << int(weights));
+              const bool half_out = ep == Epilogue::kStoreF16 || ep == Epilogue::kSwiGLU;
+              const size_t bytes = size_t(M) * size_t(N) * (half_out ? 2 : 4);
+              std::vector<uint8_t> init(bytes, 0xff);
+              if (ep == Epilogue::kAddF32) {
+                Rng rng(seed);
+                float* f = reinterpret_cast<float*>(init.data());
+                for (size_t i = 0; i < bytes / 4; ++i) f[i] = rng.normal();
+              }
+              ++seed;
+              std::vector<uint8_t> got[2];
+              for (int on = 0; on < 2; ++on) {
+                DevBuf out(bytes);
+                out.upload(init);
+                GemmArgs a;
+                a.x = x.ptr();
+                a.ldx = x.ldx;
+                a.M = M;
+                a.w = w.dw;
+                if (ep == Epilogue::kSwiGLU) a.w2 = w2.dw;
+                a.ep = ep;
+                a.out_h = half_out ? out.as<__half>() : nullptr;
+                a.out_f = half_out ? nullptr : out.as<float>();
+                a.ldo = int32_t(N);
+                a.path = GemmPath::kWgmma;
+                a.wg_tile = tile;
+                a.wg_splits = ks;
+                a.wg_per_sm = per_sm;
+                a.wgmma_weights = weights;
+                a.wgmma_ahead = on ? WgmmaAhead::kOn : WgmmaAhead::kOff;
+                CUDA_REQUIRE(qsp::kern::gemm(a, nullptr));
+                CUDA_REQUIRE(cudaDeviceSynchronize());
+                got[on] = out.download<uint8_t>();
+              }
+              REQUIRE(got[0] != init);  // the kernel ran
+              CHECK(got[0] == got[1]);
+            }
+    }
+  }
+  TinyCall t;
+  GemmArgs a = t.args();
+  a.wgmma_ahead = static_cast<WgmmaAhead>(3);
+  CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
+  CUDA_REQUIRE(cudaDeviceSynchronize());
+}
+
 // GemmArgs::wg_head: the plan's hybrid forced, weight-row blocks [0, head)
 // in one unsplit launch and the rest in a split launch of their own (each
 // block's rows and output columns offset by its launch's first row block):
