@@ -32,6 +32,25 @@ inline const char* ep_name(Epilogue ep) {
   return "?";
 }
 
+// The GemmArgs of w (and w2 for kSwiGLU) over x into out (fp16 for
+// kStoreF16 / kSwiGLU, else fp32) of row stride ldo; the path and the
+// forcing fields at their defaults.
+inline GemmArgs gemm_args(const OpWeight& w, const OpWeight* w2, const OpActs& x, Epilogue ep, const DevBuf& out,
+                          int ldo) {
+  const bool half_out = ep == Epilogue::kStoreF16 || ep == Epilogue::kSwiGLU;
+  GemmArgs a;
+  a.x = x.ptr();
+  a.ldx = x.ldx;
+  a.M = x.M;
+  a.w = w.dw;
+  if (w2) a.w2 = w2->dw;
+  a.ep = ep;
+  a.out_h = half_out ? out.as<__half>() : nullptr;
+  a.out_f = half_out ? nullptr : out.as<float>();
+  a.ldo = ldo;
+  return a;
+}
+
 // ref: the CPU op's accumulators [rows][N] (for row groups: the groups side
 // by side); ref2: up's for kSwiGLU. cat0 / cat1: row groups after w.
 inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, Epilogue ep, int ldo,
@@ -61,16 +80,7 @@ inline void check_gemm(const OpWeight& w, const OpWeight* w2, const OpActs& x, E
   DevBuf out(init.size());
   out.upload(init);
 
-  GemmArgs a;
-  a.x = x.ptr();
-  a.ldx = x.ldx;
-  a.M = M;
-  a.w = w.dw;
-  if (w2) a.w2 = w2->dw;
-  a.ep = ep;
-  a.out_h = half_out ? out.as<__half>() : nullptr;
-  a.out_f = half_out ? nullptr : out.as<float>();
-  a.ldo = ldo;
+  GemmArgs a = gemm_args(w, w2, x, ep, out, ldo);
   a.path = path;
   a.wg_tile = wg_tile;
   a.wg_splits = wg_splits;

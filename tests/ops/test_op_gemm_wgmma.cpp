@@ -197,16 +197,7 @@ TEST_CASE("op gemm: the wgmma kernel's words a round ahead give the same bits", 
               for (int on = 0; on < 2; ++on) {
                 DevBuf out(bytes);
                 out.upload(init);
-                GemmArgs a;
-                a.x = x.ptr();
-                a.ldx = x.ldx;
-                a.M = M;
-                a.w = w.dw;
-                if (ep == Epilogue::kSwiGLU) a.w2 = w2.dw;
-                a.ep = ep;
-                a.out_h = half_out ? out.as<__half>() : nullptr;
-                a.out_f = half_out ? nullptr : out.as<float>();
-                a.ldo = int32_t(N);
+                GemmArgs a = gemm_args(w, ep == Epilogue::kSwiGLU ? &w2 : nullptr, x, ep, out, int(N));
                 a.path = GemmPath::kWgmma;
                 a.wg_tile = tile;
                 a.wg_splits = ks;
