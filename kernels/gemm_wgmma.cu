@@ -297,7 +297,8 @@ __global__ void __launch_bounds__(kThreads, MinB)
 #endif
       QSP_PROBE(kProbeFull, mbar_wait(full0 + 8 * slot, (kt / kS) & 1));
     const uint32_t st = base + slot * L::kStage;
-    Traits::wg_raw(st + L::kXBytes + v * L::kUnit, st + L::kXBytes + L::kQBytes + v * L::kSUnit, lane, r);
+    QSP_PROBE(kProbeDecode,
+              Traits::wg_raw(st + L::kXBytes + v * L::kUnit, st + L::kXBytes + L::kQBytes + v * L::kSUnit, lane, r));
   };
   auto decode = [&](int kt, uint32_t(&A)[4][4]) {
     Raw r;

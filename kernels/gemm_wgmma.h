@@ -86,7 +86,7 @@ bool maps_fit(WFormat fmt);
 enum ProbeSlot {
   kProbeFull,      // consumers: waiting for a stage to land (full barrier), the first chunk's apart
   kProbeFirst,     // consumers: waiting for the first chunk's stage (the prologue: PDL wait, first copies)
-  kProbeDecode,    // consumers: a stage's A fragments (shared loads, decode)
+  kProbeDecode,    // consumers: a stage's A fragments (shared loads, decode; Args::ahead: the loads a round early)
   kProbeMma,       // consumers: waiting for their wgmma groups
   kProbeLoop,      // consumers: the whole main loop
   kProbeEpi,       // consumers: the epilogue (split: its cluster barriers)
