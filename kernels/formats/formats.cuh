@@ -47,12 +47,6 @@ __device__ __forceinline__ void wg_decode(const typename T::Raw& r, uint32_t (&A
     A[s][0] = f[0], A[s][1] = f[2], A[s][2] = f[1], A[s][3] = f[3];
   }
 }
-template <class T>
-__device__ __forceinline__ void wg_frags(uint32_t q_tile, uint32_t s_tile, int lane, uint32_t (&A)[4][4]) {
-  typename T::Raw r;
-  T::wg_raw(q_tile, s_tile, lane, r);
-  wg_decode<T>(r, A);
-}
 
 // Dequantized columns [col8, col8 + 8) of `row` of w, whatever its format
 // (embed, debugging); col8 % 8 == 0.
