@@ -4,7 +4,7 @@
 // zero and large) go through the upload repacking (kern::repack_weight),
 // then the repacked bytes are decoded by the formats' own __host__
 // __device__ decode (WTraits::raw_at = the words lds_raw / ldg_raw load,
-// WTraits::values = what frags / wg_frags / load8 turn into fp16) for every
+// WTraits::values = what frags / wg_decode / load8 turn into fp16) for every
 // unit, lane and k step, and compared bit for bit in fp32 with the CPU
 // reference's dequantization (fmt::Format::dequantize). The fragment is the
 // fp16 rounding of that fp32 value, so equal fp32 means equal fragments.
