@@ -38,6 +38,7 @@
 // warpgroup stays alive for the cluster barriers. A separate instantiation:
 // the split code in the one kernel cost the unsplit path ~5-15% at M = 2048.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/formats/formats.cuh"
@@ -127,6 +128,14 @@ constexpr bool tma_w_fits() {
 // Off (the release build), QSP_PROBE(slot, statement) is the statement.
 #if defined(QSP_WGMMA_PROBE)
 __device__ unsigned long long g_probe[kProbeSlots];
+// Ablations ($QSP_WGMMA_ABLATE, a bit mask; probe builds only; the results
+// are garbage): which part of the loop bounds it, by taking it away.
+//   1: no decode (the A fragments are the lane's raw words)
+//   2: no wgmma (the fragments folded into one accumulator by XOR)
+//   4: no weight copies (the consumers decode whatever the slot holds)
+//   8: no activation copies (the wgmmas read whatever the slot holds)
+__device__ int g_ablate;
+#define QSP_ABLATE(bit) ((ablate & (bit)) != 0)
 #define QSP_PROBE(slot, ...)               \
   do {                                     \
     const long long probe_t0 = clock64();  \
@@ -134,6 +143,7 @@ __device__ unsigned long long g_probe[kProbeSlots];
     probe[slot] += clock64() - probe_t0;   \
   } while (0)
 #else
+#define QSP_ABLATE(bit) false
 #define QSP_PROBE(slot, ...) \
   do {                       \
     __VA_ARGS__;             \
@@ -164,6 +174,7 @@ __global__ void __launch_bounds__(kThreads, MinB)
 #if defined(QSP_WGMMA_PROBE)
   long long probe[kProbeSlots] = {};
   const long long probe_start = clock64();
+  const int ablate = g_ablate;
   // Lane 0 of each consumer warp and the producer thread add theirs to g_probe.
   auto probe_flush = [&] {
     for (int i = 0; i < kProbeSlots; ++i)
@@ -197,21 +208,24 @@ __global__ void __launch_bounds__(kThreads, MinB)
       // the first kS stages' weights before pdl_wait(), their X tiles after.
       auto produce = [&](auto load_w) {
         const int pre = min(nk, kS);
+        // (Ablations 4 / 8: those copies not made, the bytes not expected.)
+        const bool no_w = QSP_ABLATE(4), no_x = QSP_ABLATE(8);
+        const uint32_t tx = uint32_t(L::kTx) - (no_w ? L::kQBytes + L::kSBytes : 0) - (no_x ? L::kXBytes : 0);
         for (int kt = 0; kt < pre; ++kt) {
           const uint32_t st = base + kt * L::kStage, bar = full0 + 8 * kt;
-          mbar_expect_tx(bar, L::kTx);
-          load_w(st + L::kXBytes, st + L::kXBytes + L::kQBytes, c0 + kt, bar);
+          mbar_expect_tx(bar, tx);
+          if (!no_w) load_w(st + L::kXBytes, st + L::kXBytes + L::kQBytes, c0 + kt, bar);
         }
         pdl_wait();
-        for (int kt = 0; kt < pre; ++kt)
+        for (int kt = 0; kt < pre && !no_x; ++kt)
           tma_load_2d(base + kt * L::kStage, &xmap, (c0 + kt) * 64, m0, full0 + 8 * kt);
         for (int kt = pre; kt < nk; ++kt) {
           const int slot = kt % kS;
           if (kt >= kS) QSP_PROBE(kProbeEmpty, mbar_wait(empty0 + 8 * slot, ((kt / kS) - 1) & 1));
           const uint32_t st = base + slot * L::kStage, bar = full0 + 8 * slot;
-          mbar_expect_tx(bar, L::kTx);
-          tma_load_2d(st, &xmap, (c0 + kt) * 64, m0, bar);
-          load_w(st + L::kXBytes, st + L::kXBytes + L::kQBytes, c0 + kt, bar);
+          mbar_expect_tx(bar, tx);
+          if (!no_x) tma_load_2d(st, &xmap, (c0 + kt) * 64, m0, bar);
+          if (!no_w) load_w(st + L::kXBytes, st + L::kXBytes + L::kQBytes, c0 + kt, bar);
         }
       };
       // One bulk copy per tile and array; loc(v): tile v's WLoc.
@@ -300,10 +314,21 @@ __global__ void __launch_bounds__(kThreads, MinB)
     QSP_PROBE(kProbeDecode,
               Traits::wg_raw(st + L::kXBytes + v * L::kUnit, st + L::kXBytes + L::kQBytes + v * L::kSUnit, lane, r));
   };
+  // wg_decode, or (ablation 1) the raw words as they are.
+  auto frags = [&](const Raw& r, uint32_t(&A)[4][4]) {
+    if (QSP_ABLATE(1)) {
+      constexpr int kWords = int(sizeof(Raw) / 4);
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(&r);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) A[i / 4][i % 4] = w[i % kWords];
+    } else {
+      wg_decode<Traits>(r, A);
+    }
+  };
   auto decode = [&](int kt, uint32_t(&A)[4][4]) {
     Raw r;
     load(kt, r);
-    QSP_PROBE(kProbeDecode, wg_decode<Traits>(r, A));
+    QSP_PROBE(kProbeDecode, frags(r, A));
   };
   // Chunks kt .. kt + N - 1's four wgmmas each on A[0 .. N - 1], committed as
   // one group (not waited for).
@@ -319,6 +344,15 @@ __global__ void __launch_bounds__(kThreads, MinB)
 #pragma unroll
         for (int r = 0; r < 4; ++r) fence_reg(A[j][s][r]);  // every input defined before the fence
       }
+    if (QSP_ABLATE(2)) {  // the fragments kept live, no wgmma
+      uint32_t x = __float_as_uint(acc[0]);
+#pragma unroll
+      for (int j = 0; j < N; ++j)
+#pragma unroll
+        for (int s = 0; s < 4; ++s) x ^= A[j][s][0] ^ A[j][s][1] ^ A[j][s][2] ^ A[j][s][3];
+      acc[0] = __uint_as_float(x);
+      return;
+    }
     wgmma_fence();
 #pragma unroll
     for (int j = 0; j < N; ++j)
@@ -368,7 +402,7 @@ __global__ void __launch_bounds__(kThreads, MinB)
     for (; kt + kRound <= nk; kt += kRound) {
       uint32_t A[kRound][4][4];
 #pragma unroll
-      for (int j = 0; j < kRound; ++j) QSP_PROBE(kProbeDecode, wg_decode<Traits>(R[j], A[j]));
+      for (int j = 0; j < kRound; ++j) QSP_PROBE(kProbeDecode, frags(R[j], A[j]));
       issue(kt, A);
       if (kt + 2 * kRound <= nk) {
 #pragma unroll
@@ -511,6 +545,14 @@ bool encode_wmaps(const Args& a, bool dual, WMaps& m) {
 
 template <WFormat F, int BT, Epilogue EP, int MinB>
 cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
+#if defined(QSP_WGMMA_PROBE)
+  static const bool ablate_set = [] {
+    const char* e = std::getenv("QSP_WGMMA_ABLATE");
+    const int v = e ? std::atoi(e) : 0;
+    return cudaMemcpyToSymbol(g_ablate, &v, sizeof v) == cudaSuccess;
+  }();
+  (void)ablate_set;
+#endif
   CUtensorMap map;
   if (!sm90::encode_f16_2d(&map, a.x, uint64_t(a.K), uint64_t(a.o.M), uint64_t(a.ldx) * 2, BT)) {
     return cudaErrorInvalidValue;
