@@ -111,6 +111,52 @@ TEST_CASE("cpu ops: matmul of a column split into 2, 4, 8 shards, tree-summed, e
   }
 }
 
+// matmul's blocked code (4 rows x 2 tokens in AVX2 registers) against its
+// plain loops: the same bits for every dtype, odd K (stripes with tails and
+// empty ones), ragged row blocks and token counts, every stripe depth, and
+// row / column views. Where the CPU has no AVX2 the case says so and skips.
+TEST_CASE("cpu ops: matmul's blocked code gives the plain loops' bits", "[cpu_ops]") {
+  if (!cpu::matmul_code_runs(cpu::MatmulCode::kAvx2)) {
+    WARN("SKIPPED: this CPU has no AVX2 (matmul's blocked code does not run here)");
+    return;
+  }
+  struct Case {
+    int32_t dtype;
+    int64_t N, K, M;
+  };
+  const Case cases[] = {
+      {QSP_DTYPE_F32, 1, 1, 1},        {QSP_DTYPE_F32, 5, 7, 3},        {QSP_DTYPE_F32, 8, 100, 2},
+      {QSP_DTYPE_F32, 13, 1001, 17},   {QSP_DTYPE_F16, 9, 72, 4},       {QSP_DTYPE_BF16, 4, 64, 1},
+      {QSP_DTYPE_Q4_0, 40, 4096, 3},   {QSP_DTYPE_Q8_0, 33, 1024, 5},   {QSP_DTYPE_Q4_K, 12, 2048, 2},
+      {QSP_DTYPE_Q6_K, 7, 768, 9},     {QSP_DTYPE_Q2_K, 6, 512, 1},     {QSP_DTYPE_Q5_0, 17, 96, 100},
+  };
+  Rng rng(31);
+  for (const Case& c : cases) {
+    const std::vector<float> src = randn(size_t(c.N * c.K), 0.03f, rng);
+    const std::vector<uint8_t> bytes = quantize_rows(c.dtype, src.data(), uint64_t(c.N), uint64_t(c.K));
+    const std::vector<float> x = randn(size_t(c.M * c.K), 1.0f, rng);
+    const cpu::Matrix W{c.dtype, uint64_t(c.N), uint64_t(c.K), bytes.data()};
+    for (int levels = 0; levels <= cpu::kStripeLevels; ++levels) {
+      INFO(qsp_dtype_name(c.dtype) << " " << c.N << "x" << c.K << ", M " << c.M << ", levels " << levels);
+      const int64_t ldy = c.N + 1;
+      std::vector<float> plain(size_t(c.M * ldy), 7.0f), blocked(plain), automatic(plain);
+      cpu::matmul(W, x.data(), c.M, plain.data(), ldy, pool(), levels, cpu::MatmulCode::kPlain);
+      cpu::matmul(W, x.data(), c.M, blocked.data(), ldy, pool(), levels, cpu::MatmulCode::kAvx2);
+      cpu::matmul(W, x.data(), c.M, automatic.data(), ldy, pool(), levels);
+      CHECK(bit_equal(blocked, plain));
+      CHECK(bit_equal(automatic, plain));
+    }
+    // A row view starting off the 4-row grid (ragged blocks at both ends).
+    if (c.N > 3) {
+      std::vector<float> plain(size_t(c.M * c.N)), blocked(plain.size());
+      const cpu::Matrix V = W.rows_view(1, uint64_t(c.N));
+      cpu::matmul(V, x.data(), c.M, plain.data(), c.N, pool(), cpu::kStripeLevels, cpu::MatmulCode::kPlain);
+      cpu::matmul(V, x.data(), c.M, blocked.data(), c.N, pool(), cpu::kStripeLevels, cpu::MatmulCode::kAvx2);
+      CHECK(bit_equal(blocked, plain));
+    }
+  }
+}
+
 TEST_CASE("cpu ops: rmsnorm, swiglu, add against float64", "[cpu_ops]") {
   Rng rng(12);
   for (int64_t dim : {3, 64, 1000, 4096}) {

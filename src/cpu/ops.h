@@ -38,10 +38,18 @@ constexpr int kStripes = 1 << kStripeLevels;
 // y[t] = x[t] * w / rms(x[t]) for n tokens of dim features.
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps, ThreadPool& pool);
 
+// Which code computes matmul's sums; every code gives the same bits (the
+// same operations in the same order for each output): the plain loops, one
+// output at a time; or, on x86 CPUs with AVX2, blocks of 4 weight rows x 2
+// tokens in 256-bit registers (~2x faster). kAuto: the fastest this CPU
+// runs. Tests compare them (matmul_code_runs says whether one runs here).
+enum class MatmulCode { kAuto, kPlain, kAvx2 };
+bool matmul_code_runs(MatmulCode code);
+
 // y[t][r] = sum_c W[r][c] x[t][c]; x has row stride W.cols, y row stride ldy
 // (>= W.rows). Each sum in the stripe order above, with `levels` halvings.
 void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, ThreadPool& pool,
-            int levels = kStripeLevels);
+            int levels = kStripeLevels, MatmulCode code = MatmulCode::kAuto);
 
 // out[i] = the pairwise tree sum of parts[0..n_parts)[i] (n_parts a power of
 // two): ((p0 + p1) + (p2 + p3)) + ... , the order tree_dot adds its halves in.
