@@ -4,11 +4,13 @@
 // Plain C++ (no Catch2, no CUDA).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/quant.h"
@@ -21,12 +23,33 @@ namespace qsp_test {
 // rows x cols fp32 values -> the bytes of `dtype` (GGUF layout): each
 // format's reference quantizer from the registry (src/formats; F16 / BF16
 // round to nearest even, F32 as is).
+// fn(r0, r1) over row ranges that cover [0, rows), on up to one thread per
+// core when there is enough work (rows x cols >= 2^20): a row's result never
+// depends on the split, so the bytes are the same on any machine. The
+// K-quant reference quantizers are slow (an 8B-shaped layer took ~40 s on
+// one core), and the GPU suite's longest cases are mostly model building.
+template <class Fn>
+void for_rows(uint64_t rows, uint64_t cols, Fn&& fn) {
+  const uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const uint64_t n = rows * cols < (uint64_t(1) << 20) ? 1 : std::min<uint64_t>({cores, rows, 32});
+  if (n <= 1) {
+    fn(uint64_t(0), rows);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (uint64_t i = 1; i < n; ++i) pool.emplace_back([&, i] { fn(rows * i / n, rows * (i + 1) / n); });
+  fn(uint64_t(0), rows / n);
+  for (std::thread& t : pool) t.join();
+}
+
 inline std::vector<uint8_t> quantize_rows(int32_t dtype, const float* src, uint64_t rows, uint64_t cols) {
   const qsp::fmt::Format* f = qsp::fmt::find(dtype);
   std::vector<uint8_t> bytes(qsp_dtype_size(dtype, rows, cols));
   if (!f || bytes.empty()) return bytes;
   const uint64_t row_bytes = bytes.size() / rows;
-  for (uint64_t r = 0; r < rows; ++r) f->quantize(src + r * cols, bytes.data() + r * row_bytes, cols);
+  for_rows(rows, cols, [&](uint64_t r0, uint64_t r1) {
+    for (uint64_t r = r0; r < r1; ++r) f->quantize(src + r * cols, bytes.data() + r * row_bytes, cols);
+  });
   return bytes;
 }
 
@@ -104,8 +127,10 @@ inline HostTensor make_tensor(std::mt19937_64& rng, uint64_t handle, int32_t dty
   t.bytes = quantize_rows(dtype, src.data(), rows, cols);
   t.values.resize(rows * cols);
   const uint64_t row_bytes = t.bytes.size() / rows;
-  for (uint64_t r = 0; r < rows; ++r)
-    qsp::dequantize_row(dtype, t.bytes.data() + r * row_bytes, t.values.data() + r * cols, cols);
+  for_rows(rows, cols, [&](uint64_t r0, uint64_t r1) {
+    for (uint64_t r = r0; r < r1; ++r)
+      qsp::dequantize_row(dtype, t.bytes.data() + r * row_bytes, t.values.data() + r * cols, cols);
+  });
   return t;
 }
 
