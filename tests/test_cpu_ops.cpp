@@ -116,7 +116,7 @@ TEST_CASE("cpu ops: matmul of a column split into 2, 4, 8 shards, tree-summed, e
 // empty ones), ragged row blocks and token counts, every stripe depth, and
 // row / column views. Where the CPU has no AVX2 the case says so and skips.
 TEST_CASE("cpu ops: matmul's blocked code gives the plain loops' bits", "[cpu_ops]") {
-  if (!cpu::matmul_code_runs(cpu::MatmulCode::kAvx2)) {
+  if (!cpu::code_runs(cpu::Code::kAvx2)) {
     WARN("SKIPPED: this CPU has no AVX2 (matmul's blocked code does not run here)");
     return;
   }
@@ -140,8 +140,8 @@ TEST_CASE("cpu ops: matmul's blocked code gives the plain loops' bits", "[cpu_op
       INFO(qsp_dtype_name(c.dtype) << " " << c.N << "x" << c.K << ", M " << c.M << ", levels " << levels);
       const int64_t ldy = c.N + 1;
       std::vector<float> plain(size_t(c.M * ldy), 7.0f), blocked(plain), automatic(plain);
-      cpu::matmul(W, x.data(), c.M, plain.data(), ldy, pool(), levels, cpu::MatmulCode::kPlain);
-      cpu::matmul(W, x.data(), c.M, blocked.data(), ldy, pool(), levels, cpu::MatmulCode::kAvx2);
+      cpu::matmul(W, x.data(), c.M, plain.data(), ldy, pool(), levels, cpu::Code::kPlain);
+      cpu::matmul(W, x.data(), c.M, blocked.data(), ldy, pool(), levels, cpu::Code::kAvx2);
       cpu::matmul(W, x.data(), c.M, automatic.data(), ldy, pool(), levels);
       CHECK(bit_equal(blocked, plain));
       CHECK(bit_equal(automatic, plain));
@@ -150,8 +150,8 @@ TEST_CASE("cpu ops: matmul's blocked code gives the plain loops' bits", "[cpu_op
     if (c.N > 3) {
       std::vector<float> plain(size_t(c.M * c.N)), blocked(plain.size());
       const cpu::Matrix V = W.rows_view(1, uint64_t(c.N));
-      cpu::matmul(V, x.data(), c.M, plain.data(), c.N, pool(), cpu::kStripeLevels, cpu::MatmulCode::kPlain);
-      cpu::matmul(V, x.data(), c.M, blocked.data(), c.N, pool(), cpu::kStripeLevels, cpu::MatmulCode::kAvx2);
+      cpu::matmul(V, x.data(), c.M, plain.data(), c.N, pool(), cpu::kStripeLevels, cpu::Code::kPlain);
+      cpu::matmul(V, x.data(), c.M, blocked.data(), c.N, pool(), cpu::kStripeLevels, cpu::Code::kAvx2);
       CHECK(bit_equal(blocked, plain));
     }
   }
@@ -238,6 +238,36 @@ TEST_CASE("cpu ops: causal GQA attention against float64", "[cpu_ops]") {
       }
     INFO("rel L2 " << err.value());
     CHECK(err.value() <= 1e-5);
+  }
+}
+
+// attention's blocked query-key dots (4 keys at once in AVX2 registers)
+// against the plain loop: the same bits, key counts that leave every
+// remainder of 4, head_dim 64 / 128 and an odd one (a lane tail).
+TEST_CASE("cpu ops: attention's blocked code gives the plain loop's bits", "[cpu_ops]") {
+  if (!cpu::code_runs(cpu::Code::kAvx2)) {
+    WARN("SKIPPED: this CPU has no AVX2 (attention's blocked code does not run here)");
+    return;
+  }
+  Rng rng(15);
+  struct Case {
+    int64_t D, H, KVH, n, past;
+  };
+  const Case cases[] = {{64, 8, 8, 3, 0},  {128, 32, 8, 17, 5}, {128, 16, 8, 1, 102},
+                        {36, 4, 2, 6, 9}, {128, 8, 1, 5, 1},   {100, 6, 3, 2, 700}};
+  for (const Case& c : cases) {
+    INFO("D " << c.D << ", heads " << c.H << "/" << c.KVH << ", n " << c.n << ", past " << c.past);
+    const int64_t max_seq = c.past + c.n + 3;
+    const std::vector<float> q = randn(size_t(c.n * c.H * c.D), 1.0f, rng);
+    std::vector<float> k = randn(size_t(c.KVH * max_seq * c.D), 1.0f, rng), v = randn(k.size(), 1.0f, rng);
+    std::vector<float> plain(q.size()), blocked(q.size()), automatic(q.size());
+    cpu::attention(q.data(), k.data(), v.data(), plain.data(), c.n, c.past, c.H, c.KVH, c.D, max_seq, pool(),
+                   cpu::Code::kPlain);
+    cpu::attention(q.data(), k.data(), v.data(), blocked.data(), c.n, c.past, c.H, c.KVH, c.D, max_seq, pool(),
+                   cpu::Code::kAvx2);
+    cpu::attention(q.data(), k.data(), v.data(), automatic.data(), c.n, c.past, c.H, c.KVH, c.D, max_seq, pool());
+    CHECK(bit_equal(blocked, plain));
+    CHECK(bit_equal(automatic, plain));
   }
 }
 

@@ -9,7 +9,7 @@
 
 // The sums below are defined operation by operation (a product rounded,
 // then added): no fused multiply-add, whatever -march the build uses, so
-// that matmul's two codes (MatmulCode) give the same bits.
+// that the two codes of matmul and attention (Code) give the same bits.
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
@@ -78,7 +78,7 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t n, int64_t dim, f
   });
 }
 
-// ---- matmul's blocked code (MatmulCode::kAvx2) -------------------------------------------
+// ---- matmul's blocked code (Code::kAvx2) -------------------------------------------
 // The same sums as tree_dot, every output's operations in the same order,
 // only several outputs at once: tree_dot's leaves (its stripes) listed
 // first, then for each stripe kRows weight rows x kToks tokens of dot()'s
@@ -141,6 +141,28 @@ __attribute__((target("avx2"))) void dot_block_avx2(const float* w, int64_t K, c
 }
 #endif
 
+#if QSP_CPU_AVX2
+// out[j] = dot(q, k + j * d, d) for J keys (rows of d floats), dot()'s lanes
+// and order for each.
+template <int J>
+__attribute__((target("avx2"))) void dot_keys_avx2(const float* q, const float* k, int64_t d, float* out) {
+  const int64_t d8 = d / 8 * 8;
+  __m256 acc[J];
+  for (int j = 0; j < J; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < d8; c += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + c);
+    for (int j = 0; j < J; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(_mm256_loadu_ps(k + j * d + c), qv));
+  }
+  for (int j = 0; j < J; ++j) {
+    alignas(32) float a[8];
+    _mm256_store_ps(a, acc[j]);
+    float tail = 0.0f;
+    for (int64_t c = d8; c < d; ++c) tail += q[c] * k[j * d + c];
+    out[j] = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
+  }
+}
+#endif
+
 bool avx2_runs() {
 #if QSP_CPU_AVX2
   static const bool yes = __builtin_cpu_supports("avx2");
@@ -152,19 +174,19 @@ bool avx2_runs() {
 
 }  // namespace
 
-bool matmul_code_runs(MatmulCode code) {
-  return code == MatmulCode::kAuto || code == MatmulCode::kPlain || (code == MatmulCode::kAvx2 && avx2_runs());
+bool code_runs(Code code) {
+  return code == Code::kAuto || code == Code::kPlain || (code == Code::kAvx2 && avx2_runs());
 }
 
 void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, ThreadPool& pool, int levels,
-            MatmulCode code) {
+            Code code) {
   const int64_t K = int64_t(W.cols);
   const fmt::Format& f = *fmt::find(W.dtype);
   const uint64_t row_bytes = W.stride();
   constexpr int64_t kRows = 4;  // weight rows dequantized together: each x row is read once per 4
   const int64_t n_blocks = (int64_t(W.rows) + kRows - 1) / kRows;
   // (The blocked code holds at most 2^kStripeLevels leaves an output.)
-  const bool blocked = (code == MatmulCode::kAvx2 || (code == MatmulCode::kAuto && avx2_runs())) && levels >= 0 &&
+  const bool blocked = (code == Code::kAvx2 || (code == Code::kAuto && avx2_runs())) && levels >= 0 &&
                        levels <= kStripeLevels;
   Stripe st[1 << kStripeLevels];
   Stripe* st_end = st;
@@ -244,9 +266,11 @@ void qk_norm_rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const 
 }
 
 void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n, int64_t past,
-               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t max_seq, ThreadPool& pool) {
+               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t max_seq, ThreadPool& pool, Code code) {
   const int64_t group = n_heads / n_kv_heads;
   const float scale = 1.0f / std::sqrt(float(head_dim));
+  const bool blocked = code == Code::kAvx2 || (code == Code::kAuto && avx2_runs());
+  (void)blocked;
   pool.parallel_for(n * n_heads, [&](int64_t b, int64_t e) {
     std::vector<float> p(past + n);
     for (int64_t th = b; th < e; ++th) {
@@ -255,9 +279,17 @@ void attention(const float* q, const float* k_cache, const float* v_cache, float
       const float* qv = q + th * head_dim;
       const float* kb = k_cache + kvh * max_seq * head_dim;
       const float* vb = v_cache + kvh * max_seq * head_dim;
+      int64_t j0 = 0;
+#if QSP_CPU_AVX2
+      if (blocked) {
+        constexpr int kKeys = 4;  // the query's 8 lanes against 4 keys' at once
+        for (; j0 + kKeys <= len; j0 += kKeys) dot_keys_avx2<kKeys>(qv, kb + j0 * head_dim, head_dim, &p[j0]);
+      }
+#endif
+      for (int64_t j = j0; j < len; ++j) p[j] = dot(qv, kb + j * head_dim, head_dim);
       float mx = -INFINITY;
       for (int64_t j = 0; j < len; ++j) {
-        p[j] = dot(qv, kb + j * head_dim, head_dim) * scale;
+        p[j] = p[j] * scale;
         mx = std::fmax(mx, p[j]);
       }
       float sum = 0.0f;

@@ -38,18 +38,19 @@ constexpr int kStripes = 1 << kStripeLevels;
 // y[t] = x[t] * w / rms(x[t]) for n tokens of dim features.
 void rmsnorm(const float* x, const float* w, float* y, int64_t n, int64_t dim, float eps, ThreadPool& pool);
 
-// Which code computes matmul's sums; every code gives the same bits (the
-// same operations in the same order for each output): the plain loops, one
-// output at a time; or, on x86 CPUs with AVX2, blocks of 4 weight rows x 2
-// tokens in 256-bit registers (~2x faster). kAuto: the fastest this CPU
-// runs. Tests compare them (matmul_code_runs says whether one runs here).
-enum class MatmulCode { kAuto, kPlain, kAvx2 };
-bool matmul_code_runs(MatmulCode code);
+// Which code computes the dot products of matmul and attention; every code
+// gives the same bits (the same operations in the same order for each
+// output): the plain loops, one output at a time; or, on x86 CPUs with
+// AVX2, several outputs at once in 256-bit registers (matmul: 4 weight rows
+// x 2 tokens, ~2x faster; attention: a query against 4 keys). kAuto: the
+// fastest this CPU runs. Tests compare them (code_runs: whether one runs here).
+enum class Code { kAuto, kPlain, kAvx2 };
+bool code_runs(Code code);
 
 // y[t][r] = sum_c W[r][c] x[t][c]; x has row stride W.cols, y row stride ldy
 // (>= W.rows). Each sum in the stripe order above, with `levels` halvings.
 void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, ThreadPool& pool,
-            int levels = kStripeLevels, MatmulCode code = MatmulCode::kAuto);
+            int levels = kStripeLevels, Code code = Code::kAuto);
 
 // out[i] = the pairwise tree sum of parts[0..n_parts)[i] (n_parts a power of
 // two): ((p0 + p1) + (p2 + p3)) + ... , the order tree_dot adds its halves in.
@@ -68,7 +69,8 @@ void qk_norm_rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const 
 // cache k/v ([n_kv_heads][max_seq][head_dim], valid up to past + n).
 // q: [n][n_heads][head_dim]; out: [n][n_heads][head_dim].
 void attention(const float* q, const float* k_cache, const float* v_cache, float* out, int64_t n, int64_t past,
-               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t max_seq, ThreadPool& pool);
+               int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t max_seq, ThreadPool& pool,
+               Code code = Code::kAuto);
 
 // out[i] = silu(gate[i]) * up[i].
 void swiglu(const float* gate, const float* up, float* out, int64_t count, ThreadPool& pool);
