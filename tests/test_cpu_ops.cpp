@@ -29,20 +29,37 @@ qsp::ThreadPool& pool() {
   return p;
 }
 
+// A matmul case: N x K weights of `dtype`, M tokens.
+struct MatCase {
+  int32_t dtype;
+  int64_t N, K, M;
+};
+
+// Its random weights (quantized; N(0, 0.03) before) and activations (N(0, 1)).
+struct MatData {
+  std::vector<uint8_t> bytes;
+  std::vector<float> x;
+  cpu::Matrix W;
+};
+MatData random_matmul(const MatCase& c, Rng& rng) {
+  MatData d;
+  const std::vector<float> src = randn(size_t(c.N * c.K), 0.03f, rng);
+  d.bytes = quantize_rows(c.dtype, src.data(), uint64_t(c.N), uint64_t(c.K));
+  d.x = randn(size_t(c.M * c.K), 1.0f, rng);
+  d.W = cpu::Matrix{c.dtype, uint64_t(c.N), uint64_t(c.K), d.bytes.data()};
+  return d;
+}
+
 }  // namespace
 
 TEST_CASE("cpu ops: matmul of every dtype against float64", "[cpu_ops]") {
-  struct Case {
-    int32_t dtype;
-    int64_t N, K, M;
-  };
-  const Case cases[] = {
+  const MatCase cases[] = {
       {QSP_DTYPE_Q4_0, 40, 96, 1},   {QSP_DTYPE_Q8_0, 96, 256, 3},    {QSP_DTYPE_F16, 33, 160, 17},
       {QSP_DTYPE_BF16, 64, 64, 5},   {QSP_DTYPE_F32, 7, 100, 2},      {QSP_DTYPE_Q4_0, 256, 4096, 3},
       {QSP_DTYPE_Q8_0, 128, 1024, 17},
   };
   Rng rng(11);
-  for (const Case& c : cases) {
+  for (const MatCase& c : cases) {
     INFO(qsp_dtype_name(c.dtype) << " " << c.N << "x" << c.K << ", M " << c.M);
     const std::vector<float> src = randn(size_t(c.N * c.K), 0.03f, rng);
     const std::vector<uint8_t> bytes = quantize_rows(c.dtype, src.data(), uint64_t(c.N), uint64_t(c.K));
@@ -67,19 +84,14 @@ TEST_CASE("cpu ops: matmul of every dtype against float64", "[cpu_ops]") {
 
 TEST_CASE("cpu ops: matmul of a column split into 2, 4, 8 shards, tree-summed, equals the whole bit for bit",
           "[cpu_ops][shard]") {
-  struct Case {
-    int32_t dtype;
-    int64_t N, K, M;
-  };
   // K / 8 whole blocks (32; 256 for Q4_K); F32 K = 8 * 13 (stripes of odd length).
-  const Case cases[] = {{QSP_DTYPE_Q4_0, 24, 256, 3},   {QSP_DTYPE_Q8_0, 17, 1024, 5}, {QSP_DTYPE_Q4_K, 9, 2048, 2},
-                        {QSP_DTYPE_Q6_K, 8, 2048, 1},   {QSP_DTYPE_F32, 11, 104, 4},   {QSP_DTYPE_F16, 5, 768, 7}};
+  const MatCase cases[] = {{QSP_DTYPE_Q4_0, 24, 256, 3},   {QSP_DTYPE_Q8_0, 17, 1024, 5}, {QSP_DTYPE_Q4_K, 9, 2048, 2},
+                           {QSP_DTYPE_Q6_K, 8, 2048, 1},   {QSP_DTYPE_F32, 11, 104, 4},   {QSP_DTYPE_F16, 5, 768, 7}};
   Rng rng(21);
-  for (const Case& c : cases) {
-    const std::vector<float> src = randn(size_t(c.N * c.K), 0.03f, rng);
-    const std::vector<uint8_t> bytes = quantize_rows(c.dtype, src.data(), uint64_t(c.N), uint64_t(c.K));
-    const std::vector<float> x = randn(size_t(c.M * c.K), 1.0f, rng);
-    const cpu::Matrix W{c.dtype, uint64_t(c.N), uint64_t(c.K), bytes.data()};
+  for (const MatCase& c : cases) {
+    const MatData d = random_matmul(c, rng);
+    const std::vector<float>& x = d.x;
+    const cpu::Matrix& W = d.W;
     std::vector<float> whole(size_t(c.M * c.N));
     cpu::matmul(W, x.data(), c.M, whole.data(), c.N, pool());
     for (int levels = 1; levels <= cpu::kStripeLevels; ++levels) {
@@ -120,22 +132,17 @@ TEST_CASE("cpu ops: matmul's blocked code gives the plain loops' bits", "[cpu_op
     WARN("SKIPPED: this CPU has no AVX2 (matmul's blocked code does not run here)");
     return;
   }
-  struct Case {
-    int32_t dtype;
-    int64_t N, K, M;
-  };
-  const Case cases[] = {
+  const MatCase cases[] = {
       {QSP_DTYPE_F32, 1, 1, 1},        {QSP_DTYPE_F32, 5, 7, 3},        {QSP_DTYPE_F32, 8, 100, 2},
       {QSP_DTYPE_F32, 13, 1001, 17},   {QSP_DTYPE_F16, 9, 72, 4},       {QSP_DTYPE_BF16, 4, 64, 1},
       {QSP_DTYPE_Q4_0, 40, 4096, 3},   {QSP_DTYPE_Q8_0, 33, 1024, 5},   {QSP_DTYPE_Q4_K, 12, 2048, 2},
       {QSP_DTYPE_Q6_K, 7, 768, 9},     {QSP_DTYPE_Q2_K, 6, 512, 1},     {QSP_DTYPE_Q5_0, 17, 96, 100},
   };
   Rng rng(31);
-  for (const Case& c : cases) {
-    const std::vector<float> src = randn(size_t(c.N * c.K), 0.03f, rng);
-    const std::vector<uint8_t> bytes = quantize_rows(c.dtype, src.data(), uint64_t(c.N), uint64_t(c.K));
-    const std::vector<float> x = randn(size_t(c.M * c.K), 1.0f, rng);
-    const cpu::Matrix W{c.dtype, uint64_t(c.N), uint64_t(c.K), bytes.data()};
+  for (const MatCase& c : cases) {
+    const MatData d = random_matmul(c, rng);
+    const std::vector<float>& x = d.x;
+    const cpu::Matrix& W = d.W;
     for (int levels = 0; levels <= cpu::kStripeLevels; ++levels) {
       INFO(qsp_dtype_name(c.dtype) << " " << c.N << "x" << c.K << ", M " << c.M << ", levels " << levels);
       const int64_t ldy = c.N + 1;
