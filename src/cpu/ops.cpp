@@ -30,6 +30,10 @@ namespace cpu {
 // one SIMD register without reassociating (no -ffast-math needed), which is
 // ~6x faster than a single running sum. The sum order is fixed, so results
 // are deterministic for a given K.
+// A dot product's end: its 8 lanes and the tail, in this fixed order.
+static inline float lanes_sum(const float* acc, float tail) {
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+}
 static inline float dot(const float* a, const float* b, int64_t K) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t c = 0;
@@ -37,7 +41,7 @@ static inline float dot(const float* a, const float* b, int64_t K) {
     for (int j = 0; j < 8; ++j) acc[j] += a[c + j] * b[c + j];
   float tail = 0.0f;
   for (; c < K; ++c) tail += a[c] * b[c];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
+  return lanes_sum(acc, tail);
 }
 
 // The sum of a matmul row, in the order ops.h documents (kStripeLevels):
@@ -88,6 +92,7 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t n, int64_t dim, f
 // AMD EPYC (Zen 4), 46-51 against 19-29 GFLOPS a core at K = 4096.
 namespace {
 
+#if QSP_CPU_AVX2
 struct Stripe {
   int64_t off, len;
 };
@@ -108,7 +113,6 @@ float tree_add(const float* leaf, int n) {
   return n == 1 ? leaf[0] : tree_add(leaf, n / 2) + tree_add(leaf + n / 2, n - n / 2);
 }
 
-#if QSP_CPU_AVX2
 // out[t * ldo + r] = tree_dot(w + r * K, x[t], K, levels) for R rows, T tokens.
 template <int R, int T>
 __attribute__((target("avx2"))) void dot_block_avx2(const float* w, int64_t K, const float* const* x,
@@ -133,15 +137,13 @@ __attribute__((target("avx2"))) void dot_block_avx2(const float* w, int64_t K, c
         _mm256_store_ps(a, acc[t][r]);
         float tail = 0.0f;
         for (int64_t c = l8; c < len; ++c) tail += w[r * K + o + c] * x[t][o + c];
-        leaf[t][r][s] = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
+        leaf[t][r][s] = lanes_sum(a, tail);
       }
   }
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) out[t * ldo + r] = tree_add(leaf[t][r], ns);
 }
-#endif
 
-#if QSP_CPU_AVX2
 // out[j] = dot(q, k + j * d, d) for J keys (rows of d floats), dot()'s lanes
 // and order for each.
 template <int J>
@@ -158,7 +160,7 @@ __attribute__((target("avx2"))) void dot_keys_avx2(const float* q, const float* 
     _mm256_store_ps(a, acc[j]);
     float tail = 0.0f;
     for (int64_t c = d8; c < d; ++c) tail += q[c] * k[j * d + c];
-    out[j] = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
+    out[j] = lanes_sum(a, tail);
   }
 }
 #endif
@@ -188,10 +190,12 @@ void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, T
   // (The blocked code holds at most 2^kStripeLevels leaves an output.)
   const bool blocked = (code == Code::kAvx2 || (code == Code::kAuto && avx2_runs())) && levels >= 0 &&
                        levels <= kStripeLevels;
+#if QSP_CPU_AVX2
   Stripe st[1 << kStripeLevels];
   Stripe* st_end = st;
   if (blocked) list_stripes(0, K, levels, st_end);
   const int ns = int(st_end - st);
+#endif
   pool.parallel_for(n_blocks, [&](int64_t b, int64_t e) {
     std::vector<float> wrows(kRows * K);
     for (int64_t blk = b; blk < e; ++blk) {
