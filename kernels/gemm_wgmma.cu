@@ -546,10 +546,12 @@ bool encode_wmaps(const Args& a, bool dual, WMaps& m) {
 template <WFormat F, int BT, Epilogue EP, int MinB>
 cudaError_t launch(const Args& a, int splits, cudaStream_t stream) {
 #if defined(QSP_WGMMA_PROBE)
+  // Only when asked for: a copy to the symbol inside a graph capture (a
+  // probe build's model run) would break the capture; g_ablate starts at 0.
   static const bool ablate_set = [] {
     const char* e = std::getenv("QSP_WGMMA_ABLATE");
     const int v = e ? std::atoi(e) : 0;
-    return cudaMemcpyToSymbol(g_ablate, &v, sizeof v) == cudaSuccess;
+    return v == 0 || cudaMemcpyToSymbol(g_ablate, &v, sizeof v) == cudaSuccess;
   }();
   (void)ablate_set;
 #endif
