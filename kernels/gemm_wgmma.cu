@@ -131,9 +131,10 @@ __device__ unsigned long long g_probe[kProbeSlots];
 // Ablations ($QSP_WGMMA_ABLATE, a bit mask; probe builds only; the results
 // are garbage): which part of the loop bounds it, by taking it away.
 //   1: no decode (the A fragments are the lane's raw words)
-//   2: no wgmma (the fragments folded into one accumulator by XOR)
 //   4: no weight copies (the consumers decode whatever the slot holds)
 //   8: no activation copies (the wgmmas read whatever the slot holds)
+// (No bit takes the wgmmas away: a run-time branch around their issue made
+// ptxas serialize every wgmma of the build, C7511 in all 320 kernels.)
 __device__ int g_ablate;
 #define QSP_ABLATE(bit) ((ablate & (bit)) != 0)
 #define QSP_PROBE(slot, ...)               \
@@ -344,15 +345,6 @@ __global__ void __launch_bounds__(kThreads, MinB)
 #pragma unroll
         for (int r = 0; r < 4; ++r) fence_reg(A[j][s][r]);  // every input defined before the fence
       }
-    if (QSP_ABLATE(2)) {  // the fragments kept live, no wgmma
-      uint32_t x = __float_as_uint(acc[0]);
-#pragma unroll
-      for (int j = 0; j < N; ++j)
-#pragma unroll
-        for (int s = 0; s < 4; ++s) x ^= A[j][s][0] ^ A[j][s][1] ^ A[j][s][2] ^ A[j][s][3];
-      acc[0] = __uint_as_float(x);
-      return;
-    }
     wgmma_fence();
 #pragma unroll
     for (int j = 0; j < N; ++j)
