@@ -26,14 +26,15 @@
 namespace qsp {
 namespace cpu {
 
-// Dot product with 8 independent partial sums: the compiler can keep them in
-// one SIMD register without reassociating (no -ffast-math needed), which is
-// ~6x faster than a single running sum. The sum order is fixed, so results
-// are deterministic for a given K.
 // A dot product's end: its 8 lanes and the tail, in this fixed order.
 static inline float lanes_sum(const float* acc, float tail) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail;
 }
+
+// Dot product with 8 independent partial sums: the compiler can keep them in
+// one SIMD register without reassociating (no -ffast-math needed), which is
+// ~6x faster than a single running sum. The sum order is fixed, so results
+// are deterministic for a given K.
 static inline float dot(const float* a, const float* b, int64_t K) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t c = 0;
@@ -188,8 +189,8 @@ void matmul(const Matrix& W, const float* x, int64_t n, float* y, int64_t ldy, T
   constexpr int64_t kRows = 4;  // weight rows dequantized together: each x row is read once per 4
   const int64_t n_blocks = (int64_t(W.rows) + kRows - 1) / kRows;
   // (The blocked code holds at most 2^kStripeLevels leaves an output.)
-  const bool blocked = (code == Code::kAvx2 || (code == Code::kAuto && avx2_runs())) && levels >= 0 &&
-                       levels <= kStripeLevels;
+  // (kAvx2 on a CPU without AVX2 runs the plain loops: the same bits.)
+  const bool blocked = code != Code::kPlain && avx2_runs() && levels >= 0 && levels <= kStripeLevels;
 #if QSP_CPU_AVX2
   Stripe st[1 << kStripeLevels];
   Stripe* st_end = st;
@@ -273,7 +274,7 @@ void attention(const float* q, const float* k_cache, const float* v_cache, float
                int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t max_seq, ThreadPool& pool, Code code) {
   const int64_t group = n_heads / n_kv_heads;
   const float scale = 1.0f / std::sqrt(float(head_dim));
-  const bool blocked = code == Code::kAvx2 || (code == Code::kAuto && avx2_runs());
+  const bool blocked = code != Code::kPlain && avx2_runs();
   (void)blocked;
   pool.parallel_for(n * n_heads, [&](int64_t b, int64_t e) {
     std::vector<float> p(past + n);

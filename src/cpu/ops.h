@@ -43,7 +43,8 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t n, int64_t dim, f
 // output): the plain loops, one output at a time; or, on x86 CPUs with
 // AVX2, several outputs at once in 256-bit registers (matmul: 4 weight rows
 // x 2 tokens, ~2x faster; attention: a query against 4 keys). kAuto: the
-// fastest this CPU runs. Tests compare them (code_runs: whether one runs here).
+// fastest this CPU runs; kAvx2 where the CPU lacks AVX2 runs the plain loops.
+// Tests compare them (code_runs: whether one runs here).
 enum class Code { kAuto, kPlain, kAvx2 };
 bool code_runs(Code code);
 
