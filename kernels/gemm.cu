@@ -57,7 +57,7 @@ cudaError_t launch_wgmma(const KArgs& k, WFormat f, Epilogue ep, int bt, int ks,
   a.o = k.o;
   a.chunks_per_split = k.KC;
   a.tma_w = k.tma_w;
-  a.ahead = k.wg_ahead;
+  a.epi_batch = k.wg_epi_batch;
   a.y0 = y0;
   a.y_blocks = y_blocks;
   a.per_sm = per_sm;
@@ -119,10 +119,12 @@ void cluster_waves(int dev, int sms, int (&wave)[4]) {
 //                  2048 -3%; the 8B Q4_0 step 2.356 -> 2.344 / 2.347 (-0.4%). Loading a
 //                  warp's first norm weights before the wait likewise (NORMW_EARLY) made
 //                  the 8B step 2.8% slower: removed (bench/RESULTS.md)
-//  - kWgmmaAhead  $QSP_WGMMA_AHEAD (off unless set; written in the thirty-third
-//                  session, not yet run on a GPU): the wgmma kernel's consumers load
-//                  the next round's words while the current round's wgmmas run
-//                  (WgmmaAhead::kAuto, wgmma::Args::ahead; one block an SM)
+//  - kWgmmaEpiBatch $QSP_WGMMA_EPI_BATCH (off unless set; thirty-fifth session): the
+//                  wgmma epilogue's loads (the ranks' partials, the residual) in
+//                  batches of eight float4s (WgmmaEpilogue::kAuto, wgmma::Args::epi_batch).
+//                  The clock64 probes (H100, 12288x4096 Q4_0, M = 64, split 2) put its
+//                  sums and stores at ~3.2k cycles of a ~43k-cycle block: four elements
+//                  a thread, each one's remote loads and stores in series
 enum class Switch {
   kWgmmaTmaW,
   kWgmmaHybrid,
@@ -133,14 +135,14 @@ enum class Switch {
   kWgmmaLoneTail,
   kGemvI8Wide,
   kGemvResidEarly,
-  kWgmmaAhead
+  kWgmmaEpiBatch
 };
 bool switch_on(Switch s) {
   static const bool on[] = {env_default_on("QSP_WGMMA_TMA_W"), env_on("QSP_WGMMA_HYBRID"),
                             env_default_on("QSP_WGMMA_DENSE64"), env_default_on("QSP_GEMV_XSMEM"),
                             env_default_on("QSP_GEMV_I8"),       env_on("QSP_GEMV_I8_STAGE"),
                             env_default_on("QSP_WGMMA_LONE_TAIL"), env_default_on("QSP_GEMV_I8_WIDE"),
-                            env_default_on("QSP_GEMV_RESID_EARLY"), env_on("QSP_WGMMA_AHEAD")};
+                            env_default_on("QSP_GEMV_RESID_EARLY"), env_on("QSP_WGMMA_EPI_BATCH")};
   return on[int(s)];
 }
 
@@ -393,10 +395,10 @@ cudaError_t gemm(const GemmArgs& g, cudaStream_t stream) {
     case WgmmaWeights::kPerTile: a.tma_w = 0; break;
     default: return cudaErrorInvalidValue;
   }
-  switch (g.wgmma_ahead) {
-    case WgmmaAhead::kAuto: a.wg_ahead = switch_on(Switch::kWgmmaAhead) ? 1 : 0; break;
-    case WgmmaAhead::kOff: a.wg_ahead = 0; break;
-    case WgmmaAhead::kOn: a.wg_ahead = 1; break;
+  switch (g.wgmma_epilogue) {
+    case WgmmaEpilogue::kAuto: a.wg_epi_batch = switch_on(Switch::kWgmmaEpiBatch) ? 1 : 0; break;
+    case WgmmaEpilogue::kLoop: a.wg_epi_batch = 0; break;
+    case WgmmaEpilogue::kBatched: a.wg_epi_batch = 1; break;
     default: return cudaErrorInvalidValue;
   }
   a.xin = g.norm_in_x;

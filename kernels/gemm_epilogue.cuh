@@ -77,6 +77,21 @@ __device__ __forceinline__ void store2(const OutArgs& o, int m, int n, float v0,
   }
 }
 
+// kAddF32 in two steps, for a caller that loads the residual early:
+// resid2 loads what store2's paired path would (zeros where store2 takes
+// its scalar path), add2 stores what store2 would given that pair.
+__device__ __forceinline__ float2 resid2(const OutArgs& o, int m, int n) {
+  if (!(o.vec && n + 1 < o.N)) return make_float2(0.0f, 0.0f);
+  return *reinterpret_cast<const float2*>(o.out_f + size_t(m) * size_t(o.ldo) + size_t(n));
+}
+__device__ __forceinline__ void add2(const OutArgs& o, int m, int n, float v0, float v1, float2 r) {
+  if (o.vec && n + 1 < o.N) {
+    *reinterpret_cast<float2*>(o.out_f + size_t(m) * size_t(o.ldo) + size_t(n)) = make_float2(r.x + v0, r.y + v1);
+  } else {
+    store2<Epilogue::kAddF32>(o, m, n, v0, v1);
+  }
+}
+
 // fn(std::integral_constant<Epilogue, ep>{}) for the run-time epilogue ep;
 // cudaErrorInvalidValue for a value outside the enum.
 template <class Fn>

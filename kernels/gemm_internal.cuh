@@ -29,7 +29,7 @@ struct KArgs {
   int32_t chunks_per_split;  // mma kernel: K chunks per cluster rank
   OutArgs o;
   int32_t tma_w;             // the wgmma kernel's weights by tensor-map copies: wgmma::Args::tma_w
-  int32_t wg_ahead;          // the wgmma kernel's words a round ahead: wgmma::Args::ahead
+  int32_t wg_epi_batch;      // the wgmma kernel's epilogue loads in batches: wgmma::Args::epi_batch
   // GemmArgs::norm_in_*: the GEMV's input formed from these (xin != nullptr).
   const float* xin;
   int32_t xin_ld;

@@ -379,44 +379,24 @@ __global__ void __launch_bounds__(kThreads, MinB)
   // kernels were dropped), one for the others.
   constexpr bool kPair = BT == kTokTileTiny;
   constexpr int kRound = kPair ? 2 : 1;
-  // Args::ahead (one block an SM only: the two-per-SM kernel has 104
-  // registers): the next round's words loaded (their full-barrier waits and
-  // shared loads) while this round's wgmmas run, into registers that are
-  // not wgmma operands; only the decode stays between a round's wait and
-  // the next issue. The slots a round ahead were filled before this round's
-  // release: kS >= 2 kRound.
-  constexpr bool kAheadOk = MinB == 1 && kS >= 2 * kRound;
+  // Loading the next round's words (full-barrier waits and shared loads)
+  // while this round's wgmmas run, into registers that are no wgmma operand
+  // (QSP_WGMMA_AHEAD, thirty-third session), was equal or slower at M = 64
+  // (H100, thirty-fifth: 12288x4096 Q4_0 25.9 -> 26.1 us, the 64-sequence
+  // step 6.61 -> 6.67 ms) and removed; the ablations of that session put
+  // the loop's time in neither the decode nor the copies (bench/RESULTS.md).
   int kt = 0;
-  if (kAheadOk && a.ahead && nk >= kRound) {
-    Raw R[kRound];
+  for (; kt + kRound <= nk; kt += kRound) {
+    uint32_t A[kRound][4][4];
 #pragma unroll
-    for (int j = 0; j < kRound; ++j) load(j, R[j]);
-    for (; kt + kRound <= nk; kt += kRound) {
-      uint32_t A[kRound][4][4];
+    for (int j = 0; j < kRound; ++j) decode(kt + j, A[j]);
+    issue(kt, A);
+    // Waiting for this round's group before decoding the next one keeps
+    // ptxas from serializing the wgmmas (C7513: registers defined while a
+    // group is in flight); the other warpgroup's group covers the gap.
+    QSP_PROBE(kProbeMma, wgmma_wait<0>());
 #pragma unroll
-      for (int j = 0; j < kRound; ++j) QSP_PROBE(kProbeDecode, frags(R[j], A[j]));
-      issue(kt, A);
-      if (kt + 2 * kRound <= nk) {
-#pragma unroll
-        for (int j = 0; j < kRound; ++j) load(kt + kRound + j, R[j]);
-      }
-      QSP_PROBE(kProbeMma, wgmma_wait<0>());
-#pragma unroll
-      for (int j = 0; j < kRound; ++j) release(kt + j);
-    }
-  } else {
-    for (; kt + kRound <= nk; kt += kRound) {
-      uint32_t A[kRound][4][4];
-#pragma unroll
-      for (int j = 0; j < kRound; ++j) decode(kt + j, A[j]);
-      issue(kt, A);
-      // Waiting for this round's group before decoding the next one keeps
-      // ptxas from serializing the wgmmas (C7513: registers defined while a
-      // group is in flight); the other warpgroup's group covers the gap.
-      QSP_PROBE(kProbeMma, wgmma_wait<0>());
-#pragma unroll
-      for (int j = 0; j < kRound; ++j) release(kt + j);
-    }
+    for (int j = 0; j < kRound; ++j) release(kt + j);
   }
   if constexpr (kRound > 1) {
     for (; kt < nk; ++kt) {
@@ -470,17 +450,74 @@ __global__ void __launch_bounds__(kThreads, MinB)
     }
     return x;
   };
-  for (int e = threadIdx.x; e < rows * kQuads; e += 128 * kConsumers) {
-    const int ml = ml0 + e / kQuads, c = (e % kQuads) * 4;
-    const int m = m0 + ml;
-    if (m >= a.o.M) break;  // rows only grow with e
-    float4 x = load4(ml * kLdr + c);
-    if (kDual) {
-      const float4 u = load4(ml * kLdr + kRealCols + c);
-      x.x = silu(x.x) * u.x, x.y = silu(x.y) * u.y, x.z = silu(x.z) * u.z, x.w = silu(x.w) * u.w;
+  // Element e of the rank's share: token row ml0 + e / kQuads, columns c ..
+  // c + 3 (and the up half's for SwiGLU); a thread's elements kThreadsC apart.
+  constexpr int kThreadsC = 128 * kConsumers, kHalves = kDual ? 2 : 1, kSlots = 8;
+  const int n_el = rows * kQuads;
+  const int per = kHalves * (kSplit ? int(gridDim.z) : 1);  // loads an element: a power of two
+  if (a.epi_batch && per <= kSlots) {
+    // Args::epi_batch: the loads of kSlots / per elements (every rank's
+    // partial of each half; the residual for kAddF32) issued before any is
+    // used, then the same sums in the same order as load4 and the same
+    // stores as store2: the same bits. Slot q holds element j = q / per's
+    // load w = q % per, the partial of rank w / kHalves and half w % kHalves.
+    // A split SwiGLU of 8 ranks (16 loads an element) takes the loop below.
+    const int lp = __ffs(per) - 1, step = (kSlots >> lp) * kThreadsC;
+    for (int e0 = int(threadIdx.x); e0 < n_el; e0 += step) {
+      float4 buf[kSlots];
+      float2 res[kSlots][2];  // kAddF32: the residual of the element whose last load is slot q
+#pragma unroll
+      for (int q = 0; q < kSlots; ++q) {
+        const int w = q & (per - 1), e = e0 + (q >> lp) * kThreadsC;
+        const int ml = ml0 + e / kQuads, c = (e % kQuads) * 4, m = m0 + ml;
+        const bool ok = e < n_el && m < a.o.M;
+        const int off = ml * kLdr + (w % kHalves) * kRealCols + c;
+        const float* src = kSplit ? cluster_peer(red, uint32_t(w / kHalves)) + off : red + off;
+        buf[q] = ok ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+        if (EP == Epilogue::kAddF32) {
+          const bool last = ok && w == per - 1;
+          res[q][0] = last ? resid2(a.o, m, n0 + c) : make_float2(0.f, 0.f);
+          res[q][1] = last ? resid2(a.o, m, n0 + c + 2) : make_float2(0.f, 0.f);
+        }
+      }
+      float4 x = make_float4(0.f, 0.f, 0.f, 0.f), u = x;
+#pragma unroll
+      for (int q = 0; q < kSlots; ++q) {
+        const int w = q & (per - 1), e = e0 + (q >> lp) * kThreadsC;
+        const float4 y = buf[q];
+        if (w < kHalves) {  // rank 0's partial: load4's first term
+          const float4 f = kSplit ? make_float4(0.f + y.x, 0.f + y.y, 0.f + y.z, 0.f + y.w) : y;
+          if (kDual && w == 1) u = f; else x = f;
+        } else if (kDual && (w & 1)) {
+          u.x += y.x, u.y += y.y, u.z += y.z, u.w += y.w;
+        } else {
+          x.x += y.x, x.y += y.y, x.z += y.z, x.w += y.w;
+        }
+        const int m = m0 + ml0 + e / kQuads, c = (e % kQuads) * 4;
+        if (w != per - 1 || e >= n_el || m >= a.o.M) continue;
+        if (kDual) x.x = silu(x.x) * u.x, x.y = silu(x.y) * u.y, x.z = silu(x.z) * u.z, x.w = silu(x.w) * u.w;
+        if (EP == Epilogue::kAddF32) {
+          add2(a.o, m, n0 + c, x.x, x.y, res[q][0]);
+          add2(a.o, m, n0 + c + 2, x.z, x.w, res[q][1]);
+        } else {
+          store2<EP>(a.o, m, n0 + c, x.x, x.y);
+          store2<EP>(a.o, m, n0 + c + 2, x.z, x.w);
+        }
+      }
     }
-    store2<EP>(a.o, m, n0 + c, x.x, x.y);
-    store2<EP>(a.o, m, n0 + c + 2, x.z, x.w);
+  } else {
+    for (int e = threadIdx.x; e < n_el; e += kThreadsC) {
+      const int ml = ml0 + e / kQuads, c = (e % kQuads) * 4;
+      const int m = m0 + ml;
+      if (m >= a.o.M) break;  // rows only grow with e
+      float4 x = load4(ml * kLdr + c);
+      if (kDual) {
+        const float4 u = load4(ml * kLdr + kRealCols + c);
+        x.x = silu(x.x) * u.x, x.y = silu(x.y) * u.y, x.z = silu(x.z) * u.z, x.w = silu(x.w) * u.w;
+      }
+      store2<EP>(a.o, m, n0 + c, x.x, x.y);
+      store2<EP>(a.o, m, n0 + c + 2, x.z, x.w);
+    }
   }
 #if defined(QSP_WGMMA_PROBE)
   probe[kProbeEpiStore] = clock64() - probe_sync;

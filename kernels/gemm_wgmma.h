@@ -43,11 +43,9 @@ struct Args {
   // 100 KB of shared memory: two blocks hide each other's per-chunk latency
   // where the grid is below a wave; forced only, GemmArgs::wg_per_sm).
   int32_t per_sm = 1;
-  // Nonzero: a consumer loads the next round's words of its tile (the
-  // full-barrier waits and shared loads) while the current round's wgmmas
-  // run, not after their wait (kernels at one block per SM only; the same
-  // bits). GemmArgs::wgmma_ahead / $QSP_WGMMA_AHEAD; off until measured.
-  int32_t ahead = 0;
+  // Nonzero: the epilogue's loads in batches (WgmmaEpilogue::kBatched,
+  // GemmArgs::wgmma_epilogue / $QSP_WGMMA_EPI_BATCH); the same bits.
+  int32_t epi_batch = 0;
 };
 
 // The tile constants kTokTileLarge / kTokTileSmall (token rows per block) and
@@ -86,7 +84,7 @@ bool maps_fit(WFormat fmt);
 enum ProbeSlot {
   kProbeFull,      // consumers: waiting for a stage to land (full barrier), the first chunk's apart
   kProbeFirst,     // consumers: waiting for the first chunk's stage (the prologue: PDL wait, first copies)
-  kProbeDecode,    // consumers: a stage's A fragments (shared loads, decode; Args::ahead: the loads a round early)
+  kProbeDecode,    // consumers: a stage's A fragments (shared loads, decode)
   kProbeMma,       // consumers: waiting for their wgmma groups
   kProbeLoop,      // consumers: the whole main loop
   kProbeEpi,       // consumers: the epilogue (split: its cluster barriers)

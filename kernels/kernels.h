@@ -112,12 +112,14 @@ enum class GemmPath : int32_t { kAuto = 0, kMma = 1, kWgmma = 2, kGemv = 3 };
 //  kPerTile: one bulk copy per 16-row tile and array (the kernel before the
 //         maps; kept where the maps cannot be made).
 enum class WgmmaWeights : int32_t { kAuto = 0, kTensorMaps = 1, kPerTile = 2 };
-// When the wgmma kernel's consumers load a chunk's words from shared memory
-// (GemmArgs::wgmma_ahead): kOff after the previous round's wgmma wait, right
-// before decoding them; kOn a round ahead, while that round's wgmmas run
-// (kernels at one block per SM; the two-per-SM 64-token kernel keeps kOff);
-// kAuto: kOn if $QSP_WGMMA_AHEAD is set, else kOff. The same bits.
-enum class WgmmaAhead : int32_t { kAuto = 0, kOff = 1, kOn = 2 };
+// How the wgmma kernel's epilogue reads its tile (the cluster ranks'
+// partials when split) and, adding into the residual, the residual
+// (GemmArgs::wgmma_epilogue): kLoop element by element, each element's loads,
+// sum and stores before the next one's loads; kBatched the loads of up to
+// eight float4s (a batch of elements) issued before any is used; kAuto:
+// kBatched if $QSP_WGMMA_EPI_BATCH is set, else kLoop. The same sums in the
+// same order: the same bits.
+enum class WgmmaEpilogue : int32_t { kAuto = 0, kLoop = 1, kBatched = 2 };
 // Where the GEMV (M <= 8) reads its activations (GemmArgs::gemv_stage_x):
 //  kAuto: kOn for one token where gemm_stage_x_ok (the 0.6B decode step
 //         1-5% faster, H100), else kOff; $QSP_GEMV_XSMEM=0 never, =1 for
@@ -199,9 +201,9 @@ struct GemmArgs {
   // (WgmmaWeights); the plan model's rates follow it. No effect on the other
   // kernels.
   WgmmaWeights wgmma_weights = WgmmaWeights::kAuto;
-  // Tests and benchmarks: when the wgmma kernel loads a chunk's words
-  // (WgmmaAhead).
-  WgmmaAhead wgmma_ahead = WgmmaAhead::kAuto;
+  // Tests and benchmarks: how the wgmma kernel's epilogue loads
+  // (WgmmaEpilogue).
+  WgmmaEpilogue wgmma_epilogue = WgmmaEpilogue::kAuto;
   // Tests and benchmarks: where the GEMV reads its activations (StageX).
   StageX gemv_stage_x = StageX::kAuto;
   // Tests and benchmarks: the integer GEMV of one token (GemvI8).

@@ -49,12 +49,13 @@ struct RopeParams {
   // so the angles' double-precision reduction and sincosf overlap the QKV
   // GEMV's tail instead of following it.
   int early;
-  // QSP_ROPE_PRE=1 (off; the narrow kernel): the vector's QK-norm weights
-  // (constants) loaded before pdl_wait and its q | k | v elements right
-  // after it, ahead of the angles' block barrier, instead of after that
-  // barrier and the norm's sum. H100, thirty-third session, three runs:
-  // the 8B step 2.312 / 2.320 / 2.317 ms against 2.323 / 2.328 / 2.327
-  // without, the 0.6B's equal; on by default once its tests run with it.
+  // QSP_ROPE_PRE (on unless "0"; the narrow kernel): the vector's QK-norm
+  // weights (constants) loaded before pdl_wait and its q | k | v elements
+  // right after it, ahead of the angles' block barrier, instead of after
+  // that barrier and the norm's sum. H100, thirty-third session, three
+  // runs: the 8B step 2.312 / 2.320 / 2.317 ms against 2.323 / 2.328 /
+  // 2.327 without, the 0.6B's equal; the decode, GEMV and fusion tests
+  // with it on passed in the thirty-fifth (19 cases), so it is the default.
   int pre;
   rope::Out o;
   double inv_freq[kMaxHeadDim / 2];
@@ -180,7 +181,7 @@ RopeParams params(const QkRopeArgs& a) {
   p.o = rope::make_out(a);
   static const bool early = env_default_on("QSP_ROPE_EARLY");
   p.early = early ? 1 : 0;
-  static const bool pre = env_on("QSP_ROPE_PRE");
+  static const bool pre = env_default_on("QSP_ROPE_PRE");
   p.pre = pre ? 1 : 0;
   const double* tab = rope::inv_freq_table(a.theta, a.head_dim);
   for (int i = 0; i < a.head_dim / 2; ++i) p.inv_freq[i] = tab[i];

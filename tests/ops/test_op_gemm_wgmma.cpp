@@ -155,17 +155,18 @@ TEST_CASE("op gemm: the wgmma kernel's weights by tensor-map copies", "[gpu][gem
   }
 }
 
-// GemmArgs::wgmma_ahead = kOn: the consumers load the next round's words
-// while the current round's wgmmas run. The same arithmetic on the same
-// words, so the same bits as kOff: every format, every epilogue, the three
-// token tiles (the 64-token one's pairs of chunks and its lone last round:
-// 9 chunks), unsplit and split (a rank with one chunk: no round ahead), by
-// tensor maps and per tile; the two-per-SM kernel ignores it. Then the
+// GemmArgs::wgmma_epilogue = kBatched: the epilogue's loads (the ranks'
+// partials, the residual) a batch of elements at a time, then the same sums
+// in the same order and the same stores: the same bits as kLoop. Every
+// format, every epilogue, the three token tiles, unsplit and every split
+// (2 / 4 / 8 ranks: 2 to 16 loads an element; the split SwiGLU of 8 takes
+// the loop), M with ragged token tiles and a ragged last rank (17, 130),
+// N past the last whole block (300), the two-per-SM kernel; then the
 // refusal of an unknown value.
-TEST_CASE("op gemm: the wgmma kernel's words a round ahead give the same bits", "[gpu][gemm][wgmma]") {
+TEST_CASE("op gemm: the wgmma kernel's batched epilogue gives the same bits", "[gpu][gemm][wgmma]") {
   QSP_REQUIRE_GPU();
   if (!wgmma_here()) return;
-  using qsp::kern::WgmmaAhead;
+  using qsp::kern::WgmmaEpilogue;
   uint64_t seed = 7400;
   int runs = 0;
   for (int32_t dt : {QSP_DTYPE_Q4_0, QSP_DTYPE_Q8_0, QSP_DTYPE_Q4_1, QSP_DTYPE_Q5_0, QSP_DTYPE_Q5_1, QSP_DTYPE_Q2_K,
@@ -178,7 +179,7 @@ TEST_CASE("op gemm: the wgmma kernel's words a round ahead give the same bits", 
       const OpActs x(M, int(K), int(K), seed++);
       for (Epilogue ep : {Epilogue::kStoreF16, Epilogue::kStoreF32, Epilogue::kAddF32, Epilogue::kSwiGLU})
         for (int tile : {256, 128, 64})
-          for (int ks : {1, 8})
+          for (int ks : {1, 2, 4, 8})
             for (int per_sm : {0, 2}) {
               if (per_sm == 2 && tile != 64) continue;
               const WgmmaWeights weights = (runs++ % 2) ? WgmmaWeights::kPerTile : WgmmaWeights::kAuto;
@@ -203,7 +204,7 @@ TEST_CASE("op gemm: the wgmma kernel's words a round ahead give the same bits", 
                 a.wg_splits = ks;
                 a.wg_per_sm = per_sm;
                 a.wgmma_weights = weights;
-                a.wgmma_ahead = on ? WgmmaAhead::kOn : WgmmaAhead::kOff;
+                a.wgmma_epilogue = on ? WgmmaEpilogue::kBatched : WgmmaEpilogue::kLoop;
                 CUDA_REQUIRE(qsp::kern::gemm(a, nullptr));
                 CUDA_REQUIRE(cudaDeviceSynchronize());
                 got[on] = out.download<uint8_t>();
@@ -215,7 +216,7 @@ TEST_CASE("op gemm: the wgmma kernel's words a round ahead give the same bits", 
   }
   TinyCall t;
   GemmArgs a = t.args();
-  a.wgmma_ahead = static_cast<WgmmaAhead>(3);
+  a.wgmma_epilogue = static_cast<WgmmaEpilogue>(3);
   CHECK(qsp::kern::gemm(a, nullptr) == cudaErrorInvalidValue);
   CUDA_REQUIRE(cudaDeviceSynchronize());
 }
