@@ -452,7 +452,9 @@ __global__ void __launch_bounds__(kThreads, MinB)
   };
   // Element e of the rank's share: token row ml0 + e / kQuads, columns c ..
   // c + 3 (and the up half's for SwiGLU); a thread's elements kThreadsC apart.
-  constexpr int kThreadsC = 128 * kConsumers, kHalves = kDual ? 2 : 1, kSlots = 8;
+  // kSlots: float4 loads a batch (the two-per-SM kernel's 80 registers hold
+  // 4: with 8 its kAddF32 kernels spilled 212 bytes instead of 112).
+  constexpr int kThreadsC = 128 * kConsumers, kHalves = kDual ? 2 : 1, kSlots = MinB == 1 ? 8 : 4;
   const int n_el = rows * kQuads;
   const int per = kHalves * (kSplit ? int(gridDim.z) : 1);  // loads an element: a power of two
   if (a.epi_batch && per <= kSlots) {
@@ -461,7 +463,8 @@ __global__ void __launch_bounds__(kThreads, MinB)
     // used, then the same sums in the same order as load4 and the same
     // stores as store2: the same bits. Slot q holds element j = q / per's
     // load w = q % per, the partial of rank w / kHalves and half w % kHalves.
-    // A split SwiGLU of 8 ranks (16 loads an element) takes the loop below.
+    // Elements of more loads than kSlots (a split SwiGLU of 8 ranks; 8 ranks
+    // in the two-per-SM kernel) take the loop below.
     const int lp = __ffs(per) - 1, step = (kSlots >> lp) * kThreadsC;
     for (int e0 = int(threadIdx.x); e0 < n_el; e0 += step) {
       float4 buf[kSlots];
