@@ -159,8 +159,9 @@ TEST_CASE("op gemm: the wgmma kernel's weights by tensor-map copies", "[gpu][gem
 // partials, the residual) a batch of elements at a time, then the same sums
 // in the same order and the same stores: the same bits as kLoop. Every
 // format, every epilogue, the three token tiles, unsplit and every split
-// (2 / 4 / 8 ranks: 2 to 16 loads an element; the split SwiGLU of 8 takes
-// the loop), M with ragged token tiles and a ragged last rank (17, 130),
+// (2 / 4 / 8 ranks: 2 to 16 loads an element; those of more than a batch,
+// 8 float4s or 4 in the two-per-SM kernel, take the loop), M with ragged
+// token tiles and a ragged last rank (17, 130),
 // N past the last whole block (300), the two-per-SM kernel; then the
 // refusal of an unknown value.
 TEST_CASE("op gemm: the wgmma kernel's batched epilogue gives the same bits", "[gpu][gemm][wgmma]") {
