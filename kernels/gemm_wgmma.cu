@@ -452,19 +452,23 @@ __global__ void __launch_bounds__(kThreads, MinB)
   };
   // Element e of the rank's share: token row ml0 + e / kQuads, columns c ..
   // c + 3 (and the up half's for SwiGLU); a thread's elements kThreadsC apart.
-  // kSlots: float4 loads a batch (the two-per-SM kernel's 80 registers hold
-  // 4: with 8 its kAddF32 kernels spilled 212 bytes instead of 112).
-  constexpr int kThreadsC = 128 * kConsumers, kHalves = kDual ? 2 : 1, kSlots = MinB == 1 ? 8 : 4;
+  // kSlots: float4 loads a batch. Kernels at one block per SM only: in the
+  // two-per-SM kernel (80 registers) any form of the batch moved ptxas's
+  // spills (8 slots: its unsplit kAddF32 kernels 112 -> 212 bytes; 4 slots:
+  // the split f16 / f32 ones 104 -> 200), so that kernel keeps the loop and
+  // its code is what it was; the one-per-SM kernels' registers and spills
+  // are unchanged by the batch (ptxas -v before and after).
+  constexpr int kThreadsC = 128 * kConsumers, kHalves = kDual ? 2 : 1, kSlots = 8;
+  constexpr bool kBatchOk = MinB == 1;
   const int n_el = rows * kQuads;
   const int per = kHalves * (kSplit ? int(gridDim.z) : 1);  // loads an element: a power of two
-  if (a.epi_batch && per <= kSlots) {
+  if (kBatchOk && a.epi_batch && per <= kSlots) {
     // Args::epi_batch: the loads of kSlots / per elements (every rank's
     // partial of each half; the residual for kAddF32) issued before any is
     // used, then the same sums in the same order as load4 and the same
     // stores as store2: the same bits. Slot q holds element j = q / per's
     // load w = q % per, the partial of rank w / kHalves and half w % kHalves.
-    // Elements of more loads than kSlots (a split SwiGLU of 8 ranks; 8 ranks
-    // in the two-per-SM kernel) take the loop below.
+    // A split SwiGLU of 8 ranks (16 loads an element) takes the loop below.
     const int lp = __ffs(per) - 1, step = (kSlots >> lp) * kThreadsC;
     for (int e0 = int(threadIdx.x); e0 < n_el; e0 += step) {
       float4 buf[kSlots];

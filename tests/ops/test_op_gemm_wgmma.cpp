@@ -159,11 +159,10 @@ TEST_CASE("op gemm: the wgmma kernel's weights by tensor-map copies", "[gpu][gem
 // partials, the residual) a batch of elements at a time, then the same sums
 // in the same order and the same stores: the same bits as kLoop. Every
 // format, every epilogue, the three token tiles, unsplit and every split
-// (2 / 4 / 8 ranks: 2 to 16 loads an element; those of more than a batch,
-// 8 float4s or 4 in the two-per-SM kernel, take the loop), M with ragged
-// token tiles and a ragged last rank (17, 130),
-// N past the last whole block (300), the two-per-SM kernel; then the
-// refusal of an unknown value.
+// (2 / 4 / 8 ranks: 2 to 16 loads an element; those of more than a batch
+// of 8 take the loop), M with ragged token tiles and a ragged last rank
+// (17, 130), N past the last whole block (300), the two-per-SM kernel
+// (which keeps the loop either way); then the refusal of an unknown value.
 TEST_CASE("op gemm: the wgmma kernel's batched epilogue gives the same bits", "[gpu][gemm][wgmma]") {
   QSP_REQUIRE_GPU();
   if (!wgmma_here()) return;
